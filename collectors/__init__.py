@@ -1,0 +1,1 @@
+"""Workloads that traceql runs under the profilers (installed as ``traceql.collectors``)."""

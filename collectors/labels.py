@@ -1,0 +1,31 @@
+"""NVTX ranges whose text carries machine-readable labels.
+
+A label text looks like ``case:gemm_spin;ctas=33;dtype=bf16``: the part before the first
+``;`` names the case (``case:NAME``), the rest are ``key=value`` pairs. traceql's ingest
+parses these into columns, so every benchmark case can be selected with SQL.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+
+def label_text(case: str, **labels: object) -> str:
+    parts = [f"case:{case}"] + [f"{k}={v}" for k, v in labels.items()]
+    return ";".join(parts)
+
+
+@contextlib.contextmanager
+def nvtx_range(text: str) -> Iterator[None]:
+    import torch
+
+    torch.cuda.nvtx.range_push(text)
+    try:
+        yield
+    finally:
+        torch.cuda.nvtx.range_pop()
+
+
+def case_range(case: str, **labels: object):
+    return nvtx_range(label_text(case, **labels))

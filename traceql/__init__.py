@@ -1,0 +1,9 @@
+"""traceql: attribute the slowdown of compute kernels overlapped with communication, with SQL over traces."""
+
+__version__ = "0.1.0"
+
+from .errors import BadInputError, SchemaVersionError, TraceqlError  # noqa: E402
+from .ingest import ingest  # noqa: E402
+from .store import connect  # noqa: E402
+
+__all__ = ["__version__", "ingest", "connect", "TraceqlError", "BadInputError", "SchemaVersionError"]

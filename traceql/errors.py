@@ -1,0 +1,39 @@
+"""Errors and exit codes, mapped in one place.
+
+Exit codes: 0 ok; 1 the analysis found what it was asked to flag (a gate); 2 bad usage or bad
+input (a file that is not an export, a missing table, an unknown schema version, no nsys).
+Every library error subclasses :class:`TraceqlError` and the builtin it resembles, so callers
+can catch either.
+"""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_FLAGGED = 1
+EXIT_BAD_INPUT = 2
+
+
+class TraceqlError(Exception):
+    """Base of every error traceql raises on purpose; ``exit_code`` is what the CLI returns."""
+
+    exit_code = EXIT_BAD_INPUT
+
+
+class BadInputError(TraceqlError, ValueError):
+    """An input file or directory is not what it should be; the message names it and the next step."""
+
+
+class MissingInputError(TraceqlError, FileNotFoundError):
+    """An input path does not exist."""
+
+
+class NsysNotFoundError(TraceqlError, FileNotFoundError):
+    """No Nsight Systems executable was found for a step that needs one."""
+
+
+class SchemaVersionError(BadInputError):
+    """A run store or export carries a schema version this traceql does not know."""
+
+
+class UsageError(TraceqlError, ValueError):
+    """Contradictory or invalid options."""

@@ -1,0 +1,1 @@
+"""Nsight Systems: finding nsys, reading its exports, adapting them to the run store schema."""

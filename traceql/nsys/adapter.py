@@ -1,0 +1,273 @@
+"""Adapters from nsys export schemas to the run store schema v1, keyed by export schema version.
+
+nsys creates tables lazily and adds columns between releases, so an adapter asks the source
+which tables and columns exist and writes SQL that reads a missing column as NULL. Known
+versions: export schema 3.x (nsys 2022.4 writes 3.0.0, nsys 2025.3 writes 3.20.3). A major
+version traceql does not know is refused, not guessed at.
+
+Facts the SQL relies on (checked on real exports of both versions):
+- ``globalTid = (hw << 56) | (vm << 48) | (pid << 24) | tid``; ``globalPid`` is the same with tid 0.
+- ``deviceId`` in activity tables is the CUDA ordinal inside one process; ``TARGET_INFO_CUDA_DEVICE``
+  maps (pid, cudaId) to the GPU's index on the host (``TARGET_INFO_GPU.id``).
+- GPU metric ``typeId``'s low byte is the GPU index; clock metrics are written in Hz although their
+  names say MHz, so they are scaled to MHz here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import duckdb
+import pyarrow as pa
+
+from .. import classify
+from ..errors import BadInputError, SchemaVersionError
+from .source import Source
+
+SUPPORTED_MAJOR = {3}
+TID_MASK = 0xFFFFFF
+COPY_KINDS = {0: "unknown", 1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA",
+              8: "DtoD", 9: "HtoH", 10: "PtoP", 11: "UVM_HtoD", 12: "UVM_DtoH", 13: "UVM_DtoD"}
+MEM_KINDS = {0: "pageable", 1: "pinned", 2: "device", 3: "array", 4: "managed", 5: "device_static",
+             6: "managed_static", 7: "unknown"}
+NVTX_TYPES = {33: "category", 34: "mark", 59: "push_pop", 60: "start_end", 75: "domain_create",
+              76: "domain_destroy"}
+
+
+@dataclass
+class Adapter:
+    source: Source
+    con: duckdb.DuckDBPyConnection
+    schema_version: str
+
+    # -- helpers -------------------------------------------------------------------------
+    def has(self, table: str) -> bool:
+        return table in self.source.tables()
+
+    def load(self, table: str, wanted: list[str]) -> tuple[str, set[str]]:
+        """Register ``raw_<table>`` with the wanted columns that exist; return its name and those columns."""
+        present = set(self.source.columns(table))
+        cols = [c for c in wanted if c in present]
+        return self.source.register(self.con, table, cols), set(cols)
+
+    @staticmethod
+    def ref(present: set[str], name: str, default: str = "NULL") -> str:
+        return f'r."{name}"' if name in present else default
+
+    @classmethod
+    def col(cls, present: set[str], name: str, alias: str | None = None) -> str:
+        return f"{cls.ref(present, name)} AS {alias or name}"
+
+    def _device_map(self) -> str:
+        """SQL for a relation (pid, cuda_device, device_id) mapping per-process ordinals to GPUs."""
+        if not self.has("TARGET_INFO_CUDA_DEVICE"):
+            return "(SELECT NULL::BIGINT AS pid, NULL::INT AS cuda_device, NULL::INT AS device_id WHERE false)"
+        rel, _ = self.load("TARGET_INFO_CUDA_DEVICE", ["gpuId", "cudaId", "pid"])
+        return f"(SELECT DISTINCT pid::BIGINT AS pid, cudaId::INT AS cuda_device, gpuId::INT AS device_id FROM {rel})"
+
+    def _strings(self) -> str:
+        if not self.has("StringIds"):
+            raise BadInputError(f"{self.source.path}: no StringIds table; not an Nsight Systems export")
+        if not hasattr(self, "_strings_rel"):
+            self._strings_rel, _ = self.load("StringIds", ["id", "value"])
+        return self._strings_rel
+
+    def fetch(self, sql: str) -> pa.Table:
+        return self.con.sql(sql).to_arrow_table()
+
+    # -- tables --------------------------------------------------------------------------
+    def devices(self) -> pa.Table | None:
+        if not self.has("TARGET_INFO_GPU"):
+            return None
+        rel, p = self.load("TARGET_INFO_GPU", ["id", "name", "uuid", "busLocation", "smCount", "l2CacheSize",
+                                               "totalMemory", "memoryBandwidth", "clockRate", "computeMajor",
+                                               "computeMinor", "maxShmemPerSm", "maxWarpsPerSm", "maxBlocksPerSm",
+                                               "maxRegistersPerSm"])
+        c = self.col
+        return self.fetch(f"""
+            SELECT DISTINCT {c(p, 'id', 'device_id')}, {c(p, 'name')}, {c(p, 'uuid')}, {c(p, 'busLocation', 'bus_id')},
+                   {c(p, 'smCount', 'sm_count')}, {c(p, 'l2CacheSize', 'l2_bytes')}, {c(p, 'totalMemory', 'mem_bytes')},
+                   {c(p, 'memoryBandwidth', 'mem_bandwidth_Bps')}, {c(p, 'clockRate', 'clock_hz')},
+                   {c(p, 'computeMajor', 'cc_major')}, {c(p, 'computeMinor', 'cc_minor')},
+                   {c(p, 'maxShmemPerSm', 'max_smem_per_sm_bytes')}, {c(p, 'maxWarpsPerSm', 'max_warps_per_sm')},
+                   {c(p, 'maxBlocksPerSm', 'max_blocks_per_sm')}, {c(p, 'maxRegistersPerSm', 'max_regs_per_sm')}
+            FROM {rel} r ORDER BY device_id""")
+
+    def processes(self) -> pa.Table | None:
+        if not self.has("PROCESSES"):
+            return None
+        rel, p = self.load("PROCESSES", ["globalPid", "pid", "name"])
+        return self.fetch(f"""SELECT r.globalPid AS global_pid, r.pid AS pid, {self.col(p, 'name')}, NULL AS rank
+                              FROM {rel} r ORDER BY global_pid""")
+
+    def _activity(self, table: str, extra: list[str]) -> tuple[str, set[str], str]:
+        """Common columns of kernel/memcpy/memset rows, with the physical device resolved."""
+        rel, p = self.load(table, ["start", "end", "deviceId", "contextId", "streamId", "correlationId",
+                                   "globalPid", "graphNodeId", *extra])
+        dmap = self._device_map()
+        c = self.col
+        common = f"""
+            r.globalPid AS global_pid, COALESCE(dm.device_id, r.deviceId)::INT AS device_id,
+            r.deviceId AS cuda_device, {c(p, 'contextId', 'context_id')}, {c(p, 'streamId', 'stream_id')},
+            {c(p, 'correlationId', 'correlation_id')}, r.start AS start_ns, r."end" AS end_ns,
+            r."end" - r.start AS dur_ns, {c(p, 'graphNodeId', 'graph_node_id')}"""
+        joins = f"""FROM {rel} r LEFT JOIN {dmap} dm
+                    ON dm.pid = (r.globalPid >> 24) & {TID_MASK} AND dm.cuda_device = r.deviceId"""
+        return common, p, joins
+
+    def kernels(self) -> pa.Table | None:
+        table = "CUPTI_ACTIVITY_KIND_KERNEL"
+        if not self.has(table):
+            return None
+        extra = ["demangledName", "shortName", "gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ",
+                 "staticSharedMemory", "dynamicSharedMemory", "registersPerThread"]
+        common, p, joins = self._activity(table, extra)
+        strings = self._strings()
+        names = self.fetch(f"""SELECT DISTINCT s.value AS name FROM {strings} s
+                               WHERE s.id IN (SELECT DISTINCT demangledName FROM raw_{table})""")
+        self.con.register("kernel_classes", classify.classify_names(names.column("name").to_pylist()))
+        short = "COALESCE(sn.value, dn.value)" if "shortName" in p else "dn.value"
+        c = self.col
+        return self.fetch(f"""
+            SELECT {common}, dn.value AS name, {short} AS short_name,
+                   r.gridX AS grid_x, r.gridY AS grid_y, r.gridZ AS grid_z,
+                   r.blockX AS block_x, r.blockY AS block_y, r.blockZ AS block_z,
+                   r.gridX::BIGINT * r.gridY * r.gridZ AS ctas, r.blockX * r.blockY * r.blockZ AS threads_per_block,
+                   {c(p, 'staticSharedMemory', 'static_smem_bytes')},
+                   {c(p, 'dynamicSharedMemory', 'dynamic_smem_bytes')},
+                   {c(p, 'registersPerThread', 'regs_per_thread')},
+                   kc.kind, kc.family, kc.comm_op, kc.comm_algo, kc.comm_proto, kc.comm_dtype, kc.comm_redop
+            {joins}
+            LEFT JOIN {strings} dn ON dn.id = r.demangledName
+            {"LEFT JOIN " + strings + " sn ON sn.id = r.shortName" if "shortName" in p else ""}
+            LEFT JOIN kernel_classes kc ON kc.name = dn.value
+            ORDER BY device_id, start_ns""")
+
+    def memcpy(self) -> pa.Table | None:
+        table = "CUPTI_ACTIVITY_KIND_MEMCPY"
+        if not self.has(table):
+            return None
+        common, p, joins = self._activity(table, ["bytes", "copyKind", "srcKind", "dstKind", "srcDeviceId",
+                                                  "dstDeviceId"])
+        dmap = self._device_map()
+        c = self.col
+        return self.fetch(f"""
+            SELECT {common}, r.bytes AS bytes, ck.label AS copy_kind, sk.label AS src_kind, dk.label AS dst_kind,
+                   COALESCE(sdm.device_id, {'r.srcDeviceId' if 'srcDeviceId' in p else 'NULL'})::INT AS src_device_id,
+                   COALESCE(ddm.device_id, {'r.dstDeviceId' if 'dstDeviceId' in p else 'NULL'})::INT AS dst_device_id,
+                   COALESCE(ck.label = 'PtoP', false) AS is_peer
+            {joins}
+            LEFT JOIN {_enum_values(COPY_KINDS)} ck ON ck.id = r.copyKind
+            LEFT JOIN {_enum_values(MEM_KINDS)} sk ON sk.id = {self.ref(p, 'srcKind')}
+            LEFT JOIN {_enum_values(MEM_KINDS)} dk ON dk.id = {self.ref(p, 'dstKind')}
+            LEFT JOIN {dmap} sdm ON sdm.pid = (r.globalPid >> 24) & {TID_MASK}
+                 AND sdm.cuda_device = {self.ref(p, 'srcDeviceId')}
+            LEFT JOIN {dmap} ddm ON ddm.pid = (r.globalPid >> 24) & {TID_MASK}
+                 AND ddm.cuda_device = {self.ref(p, 'dstDeviceId')}
+            ORDER BY device_id, start_ns""")
+
+    def memset(self) -> pa.Table | None:
+        table = "CUPTI_ACTIVITY_KIND_MEMSET"
+        if not self.has(table):
+            return None
+        common, p, joins = self._activity(table, ["bytes", "value", "memKind"])
+        c = self.col
+        return self.fetch(f"""
+            SELECT {common}, r.bytes AS bytes, {c(p, 'value')}, mk.label AS mem_kind
+            {joins} LEFT JOIN {_enum_values(MEM_KINDS)} mk ON mk.id = {self.ref(p, 'memKind')}
+            ORDER BY device_id, start_ns""")
+
+    def nvtx(self) -> pa.Table | None:
+        if not self.has("NVTX_EVENTS"):
+            return None
+        rel, p = self.load("NVTX_EVENTS", ["start", "end", "eventType", "text", "textId", "globalTid", "domainId"])
+        strings = self._strings()
+        c = self.col
+        text_id = "r.textId" if "textId" in p else "NULL"
+        domain = "r.domainId" if "domainId" in p else "0"
+        self.con.execute(f"""
+            CREATE OR REPLACE TEMP VIEW nvtx_base AS
+            SELECT r.start, r."end", r.eventType, COALESCE({self.ref(p, 'text')}, s.value) AS text,
+                   r.globalTid, {domain} AS domainId
+            FROM {rel} r LEFT JOIN {strings} s ON s.id = {text_id}""")
+        # Depth of push/pop ranges within their thread: a running count of opens minus closes.
+        return self.fetch(f"""
+            WITH ranges AS (
+                SELECT b.*, row_number() OVER () AS rid, et.label AS event_type
+                FROM nvtx_base b JOIN {_enum_values(NVTX_TYPES)} et ON et.id = b.eventType
+                WHERE et.label IN ('push_pop', 'start_end', 'mark')),
+            edges AS (
+                SELECT rid, globalTid, start AS t, 1 AS delta, 1 AS ord FROM ranges WHERE event_type = 'push_pop'
+                UNION ALL
+                SELECT rid, globalTid, "end" AS t, -1 AS delta, 0 AS ord FROM ranges WHERE event_type = 'push_pop'),
+            depths AS (
+                SELECT rid, sum(delta) OVER (PARTITION BY globalTid ORDER BY t, ord, delta
+                                              ROWS UNBOUNDED PRECEDING) - 1 AS depth
+                FROM edges QUALIFY delta = 1),
+            domains AS (
+                SELECT domainId, any_value(text) AS domain FROM nvtx_base WHERE eventType = 75 GROUP BY domainId),
+            parts AS (
+                SELECT rid, list_filter(string_split(text, ';'), lambda x: strpos(x, '=') > 1) AS kv FROM ranges)
+            SELECT (r.globalTid >> 24) << 24 AS global_pid, r.globalTid AS global_tid,
+                   r.globalTid & {TID_MASK} AS tid, r.start AS start_ns, r."end" AS end_ns,
+                   r."end" - r.start AS dur_ns, r.event_type, r.text, d.domain,
+                   dp.depth::INT AS depth,
+                   CASE WHEN r.text LIKE 'case:%' THEN split_part(split_part(r.text, ';', 1), ':', 2) END AS case_name,
+                   CASE WHEN len(pt.kv) > 0 THEN map_from_entries(list_transform(pt.kv, lambda x: struct_pack(
+                        k := split_part(x, '=', 1), v := x[strpos(x, '=') + 1:]))) END AS labels
+            FROM ranges r LEFT JOIN depths dp USING (rid) LEFT JOIN domains d ON d.domainId = r.domainId
+            LEFT JOIN parts pt USING (rid)
+            ORDER BY global_tid, start_ns""")
+
+    def runtime_api(self) -> pa.Table | None:
+        if not self.has("CUPTI_ACTIVITY_KIND_RUNTIME"):
+            return None
+        rel, p = self.load("CUPTI_ACTIVITY_KIND_RUNTIME", ["start", "end", "globalTid", "correlationId", "nameId",
+                                                           "returnValue"])
+        strings = self._strings()
+        c = self.col
+        return self.fetch(f"""
+            SELECT (r.globalTid >> 24) << 24 AS global_pid, r.globalTid AS global_tid, r.globalTid & {TID_MASK} AS tid,
+                   r.start AS start_ns, r."end" AS end_ns, r."end" - r.start AS dur_ns, s.value AS name,
+                   {c(p, 'correlationId', 'correlation_id')}, {c(p, 'returnValue', 'return_value')}
+            FROM {rel} r LEFT JOIN {strings} s ON s.id = r.nameId ORDER BY global_tid, start_ns""")
+
+    def gpu_metrics(self, batch_rows: int = 1 << 20) -> Iterator[pa.RecordBatch] | None:
+        if not (self.has("GPU_METRICS") and self.has("TARGET_INFO_GPU_METRICS")):
+            return None
+        names, _ = self.load("TARGET_INFO_GPU_METRICS", ["typeId", "metricId", "metricName"])
+        self.con.execute(f"""CREATE OR REPLACE TEMP TABLE metric_names AS
+                             SELECT DISTINCT typeId::BIGINT AS typeId, metricId::BIGINT AS metricId,
+                                    metricName AS metric,
+                                    CASE WHEN metricName LIKE '%Clock Frequency [MHz]' THEN 1e-6 ELSE 1 END AS scale
+                             FROM {names}""")
+        rel, _ = self.load("GPU_METRICS", ["timestamp", "typeId", "metricId", "value"])
+        reader = self.con.sql(f"""
+            SELECT (g.typeId & 255)::INT AS device_id, g.timestamp AS ts_ns, m.metric,
+                   g.value * m.scale AS value
+            FROM {rel} g JOIN metric_names m ON m.typeId = g.typeId::BIGINT AND m.metricId = g.metricId::BIGINT
+            """).to_arrow_reader(batch_rows)
+        return iter(reader)
+
+
+def _enum_values(mapping: dict[int, str]) -> str:
+    rows = ", ".join(f"({k}, '{v}')" for k, v in mapping.items())
+    return f"(SELECT * FROM (VALUES {rows}) AS e(id, label))"
+
+
+def adapter_for(source: Source, con: duckdb.DuckDBPyConnection) -> Adapter:
+    meta = source.meta()
+    version = meta.get("EXPORT_SCHEMA_VERSION")
+    if version is None:
+        if "StringIds" not in source.tables():
+            raise BadInputError(f"{source.path}: not an Nsight Systems export (no META_DATA_EXPORT or StringIds "
+                                "table); export the report with `nsys export -t sqlite` or give the .nsys-rep")
+        raise BadInputError(f"{source.path}: Nsight Systems export without EXPORT_SCHEMA_VERSION; "
+                            "export it again with nsys 2022.4 or newer")
+    major = int(version.split(".")[0]) if version.split(".")[0].isdigit() else -1
+    if major not in SUPPORTED_MAJOR:
+        raise SchemaVersionError(f"{source.path}: nsys export schema version {version} is not supported "
+                                 f"(traceql reads {sorted(SUPPORTED_MAJOR)}.x); export the .nsys-rep with a "
+                                 "supported nsys or upgrade traceql")
+    return Adapter(source, con, version)

@@ -1,0 +1,110 @@
+"""Find an nsys executable and turn an .nsys-rep into an export that traceql reads.
+
+Search order: ``$TRACEQL_NSYS``, ``nsys`` on PATH, Nsight Systems install folders, then the
+copy bundled inside Nsight Compute. Exports are cached beside the report (``REPORT.traceql/``,
+or under ``~/.cache/traceql`` when that folder is not writable) keyed by the report's sha256,
+so a report is exported once.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from ..errors import BadInputError, NsysNotFoundError
+
+INSTALL_GLOBS = (
+    "/opt/nvidia/nsight-systems/*/bin/nsys",
+    "/opt/nvidia/nsight-systems/*/target-linux-x64/nsys",
+    "/usr/local/cuda*/bin/nsys",
+    "/usr/local/cuda*/nsight-systems*/bin/nsys",
+    "/usr/lib/nsight-systems/bin/nsys",
+    "/opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys",
+)
+PARQUETDIR_SINCE = (2024, 6)
+EXPORT_TIMEOUT_S = 1800
+
+
+def candidates() -> list[str]:
+    found = []
+    if env := os.environ.get("TRACEQL_NSYS"):
+        found.append(env)
+    if on_path := shutil.which("nsys"):
+        found.append(on_path)
+    for pattern in INSTALL_GLOBS:
+        found.extend(sorted(glob.glob(pattern), reverse=True))
+    return found
+
+
+def find_nsys() -> str:
+    for path in candidates():
+        if os.path.isfile(path) and os.access(path, os.X_OK):
+            return path
+    raise NsysNotFoundError(
+        "no nsys executable found (looked at $TRACEQL_NSYS, PATH, " + ", ".join(INSTALL_GLOBS) + "); "
+        "install Nsight Systems, or set TRACEQL_NSYS=/path/to/nsys, or export the report yourself with "
+        "`nsys export -t sqlite REPORT.nsys-rep` and ingest the .sqlite"
+    )
+
+
+def nsys_version(nsys: str) -> tuple[int, ...]:
+    out = subprocess.run([nsys, "--version"], capture_output=True, text=True, timeout=60).stdout
+    m = re.search(r"(\d{4})\.(\d+)(?:\.(\d+))?", out)
+    return tuple(int(x) for x in m.groups() if x is not None) if m else (0,)
+
+
+def _cache_dir(report: Path, sha256: str) -> Path:
+    beside = report.with_name(report.name + ".traceql")
+    try:
+        beside.mkdir(exist_ok=True)
+        probe = beside / ".write-test"
+        probe.touch()
+        probe.unlink()
+        return beside
+    except OSError:
+        home = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "traceql" / sha256[:16]
+        home.mkdir(parents=True, exist_ok=True)
+        return home
+
+
+def export_report(report: Path, sha256: str) -> Path:
+    """Export ``report`` once (Parquet directory where nsys can, else SQLite); return the export's path."""
+    cache = _cache_dir(report, sha256)
+    stamp = cache / "export.json"
+    if stamp.exists():
+        info = json.loads(stamp.read_text())
+        if info.get("sha256") == sha256 and (cache / info["export"]).exists():
+            return cache / info["export"]
+    nsys = find_nsys()
+    version = nsys_version(nsys)
+    kind = "parquetdir" if version >= PARQUETDIR_SINCE else "sqlite"
+    name = "export" if kind == "parquetdir" else "export.sqlite"
+    with tempfile.TemporaryDirectory(dir=cache, prefix=".tmp-") as tmp:
+        out = Path(tmp) / name
+        cmd = [nsys, "export", "-t", kind, "-o", str(out), "--force-overwrite=true", str(report)]
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=EXPORT_TIMEOUT_S,
+                                  start_new_session=True)
+        except subprocess.TimeoutExpired as exc:
+            raise BadInputError(f"{report}: `nsys export` did not finish in {EXPORT_TIMEOUT_S} s") from exc
+        if proc.returncode != 0 or not out.exists():
+            msg = (proc.stderr or proc.stdout).strip().splitlines()
+            detail = msg[-1] if msg else f"exit code {proc.returncode}"
+            hint = ""
+            if "version" in (proc.stderr + proc.stdout).lower() and "support" in (proc.stderr + proc.stdout).lower():
+                hint = (f"; this nsys ({'.'.join(map(str, version))}, {nsys}) is older than the one that "
+                        "recorded the report: use a newer nsys (set TRACEQL_NSYS) or export it where it was made")
+            raise BadInputError(f"{report}: `nsys export` failed: {detail}{hint}")
+        final = cache / name
+        if final.exists():
+            shutil.rmtree(final) if final.is_dir() else final.unlink()
+        out.rename(final)
+    stamp.write_text(json.dumps({"sha256": sha256, "export": name, "nsys": nsys,
+                                 "nsys_version": ".".join(map(str, version))}))
+    return final

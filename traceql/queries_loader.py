@@ -1,0 +1,45 @@
+"""Load the SQL views shipped in ``queries/`` (installed as ``traceql.queries``).
+
+One public view per ``.sql`` file, named after the file; files starting with ``_`` are helpers
+and load first. Each file starts with a header comment that lists the view's columns, their
+types and units (a test checks the header against DuckDB's DESCRIBE).
+"""
+
+from __future__ import annotations
+
+import re
+from importlib import resources
+
+import duckdb
+
+HEADER_COLUMN = re.compile(r"^--\s+(\w+)\s+([A-Z][A-Z0-9_\[\]]*(?:\([^)]*\))?)\s*(.*)$")
+
+
+def query_files() -> list[tuple[str, str]]:
+    root = resources.files("traceql.queries")
+    files = sorted((p.name, p.read_text()) for p in root.iterdir() if p.name.endswith(".sql"))
+    return sorted(files, key=lambda f: (not f[0].startswith("_"), f[0]))
+
+
+def header_columns(sql: str) -> list[tuple[str, str]]:
+    """(column, type) pairs from a view file's header block (lines ``-- name TYPE description``)."""
+    cols = []
+    in_cols = False
+    for line in sql.splitlines():
+        if not line.startswith("--"):
+            break
+        if line.strip().lower().startswith("-- columns"):
+            in_cols = True
+            continue
+        if in_cols and (m := HEADER_COLUMN.match(line)):
+            cols.append((m.group(1), m.group(2)))
+    return cols
+
+
+def create_views(con: duckdb.DuckDBPyConnection) -> list[str]:
+    names = []
+    for name, sql in query_files():
+        view = name.removesuffix(".sql")
+        con.execute(f'CREATE OR REPLACE VIEW "{view}" AS {sql.strip().rstrip(";")}')
+        names.append(view)
+    return names

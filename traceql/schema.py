@@ -1,0 +1,131 @@
+"""The normalized run store schema (v1), declared once.
+
+Every table is an Arrow schema here; Parquet files carry ``traceql.schema_version`` and
+``traceql.table`` in their key-value metadata, and readers refuse versions they do not know.
+Times are int64 nanoseconds on the trace's own timeline; units end column names.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .errors import BadInputError, SchemaVersionError
+
+SCHEMA_VERSION = 1
+META_VERSION = b"traceql.schema_version"
+META_TABLE = b"traceql.table"
+
+i32, i64, f64, s, b = pa.int32(), pa.int64(), pa.float64(), pa.string(), pa.bool_()
+
+
+def _schema(*fields: tuple[str, pa.DataType]) -> pa.Schema:
+    return pa.schema([pa.field(n, t) for n, t in fields])
+
+
+_ids = (("global_pid", i64), ("device_id", i32), ("cuda_device", i32), ("context_id", i64),
+        ("stream_id", i64), ("correlation_id", i64))
+_interval = (("start_ns", i64), ("end_ns", i64), ("dur_ns", i64))
+
+_TABLES: dict[str, pa.Schema] = {
+    "runs": _schema(
+        ("run_id", s), ("source_path", s), ("source_sha256", s), ("source_bytes", i64), ("format", s),
+        ("tool", s), ("tool_version", s), ("export_schema_version", s), ("host", s),
+        ("session_start_utc_ns", i64), ("gpu_names", s), ("ingested_at", s), ("traceql_version", s),
+        ("labels_json", s),
+    ),
+    "devices": _schema(
+        ("device_id", i32), ("name", s), ("uuid", s), ("bus_id", s), ("sm_count", i32), ("l2_bytes", i64),
+        ("mem_bytes", i64), ("mem_bandwidth_Bps", i64), ("clock_hz", i64), ("cc_major", i32), ("cc_minor", i32),
+        ("max_smem_per_sm_bytes", i64), ("max_warps_per_sm", i32), ("max_blocks_per_sm", i32),
+        ("max_regs_per_sm", i32),
+    ),
+    "processes": _schema(("global_pid", i64), ("pid", i64), ("name", s), ("rank", i32)),
+    "kernels": _schema(
+        *_ids, *_interval, ("name", s), ("short_name", s), ("grid_x", i32), ("grid_y", i32), ("grid_z", i32),
+        ("block_x", i32), ("block_y", i32), ("block_z", i32), ("ctas", i64), ("threads_per_block", i32),
+        ("static_smem_bytes", i64), ("dynamic_smem_bytes", i64), ("regs_per_thread", i32), ("graph_node_id", i64),
+        ("kind", s), ("family", s), ("comm_op", s), ("comm_algo", s), ("comm_proto", s), ("comm_dtype", s),
+        ("comm_redop", s),
+    ),
+    "memcpy": _schema(
+        *_ids, *_interval, ("bytes", i64), ("copy_kind", s), ("src_kind", s), ("dst_kind", s),
+        ("src_device_id", i32), ("dst_device_id", i32), ("is_peer", b), ("graph_node_id", i64),
+    ),
+    "memset": _schema(*_ids, *_interval, ("bytes", i64), ("value", i64), ("mem_kind", s), ("graph_node_id", i64)),
+    "nvtx": _schema(
+        ("global_pid", i64), ("global_tid", i64), ("tid", i64), ("start_ns", i64), ("end_ns", i64), ("dur_ns", i64),
+        ("event_type", s), ("text", s), ("domain", s), ("depth", i32), ("case_name", s),
+        ("labels", pa.map_(pa.string(), pa.string())),
+    ),
+    "runtime_api": _schema(
+        ("global_pid", i64), ("global_tid", i64), ("tid", i64), ("start_ns", i64), ("end_ns", i64), ("dur_ns", i64),
+        ("name", s), ("correlation_id", i64), ("return_value", i64),
+    ),
+    "gpu_metrics": _schema(("device_id", i32), ("ts_ns", i64), ("metric", s), ("value", f64)),
+}
+
+# Every row carries its run_id, so files stay self-describing when moved or merged.
+TABLES: dict[str, pa.Schema] = {
+    name: schema if name == "runs" else pa.schema([pa.field("run_id", s), *schema])
+    for name, schema in _TABLES.items()
+}
+
+# What each table holds, for docs and `traceql schema`.
+DESCRIPTIONS = {
+    "runs": "one row per ingested trace: where it came from (path, sha256), the tool and export schema versions",
+    "devices": "one row per physical GPU (device_id is the GPU's index on its host, not a per-process ordinal)",
+    "processes": "one row per process of the trace; global_pid keeps per-process ids apart across ranks",
+    "kernels": "one row per kernel launch, with its launch configuration and its kind/family/comm_* class",
+    "memcpy": "one row per copy; is_peer marks GPU-to-GPU copies, which count as communication",
+    "memset": "one row per memset",
+    "nvtx": "one row per NVTX range or mark, with its thread, nesting depth and parsed case:/key=value labels",
+    "runtime_api": "one row per CUDA runtime/driver API call; correlation_id links it to its kernel or copy",
+    "gpu_metrics": "one row per (GPU, sample, metric): nsys GPU metrics sampling, long format",
+}
+
+
+def empty(table: str) -> pa.Table:
+    return TABLES[table].empty_table()
+
+
+def conform(table: str, data: pa.Table) -> pa.Table:
+    """Cast ``data`` to the declared schema of ``table`` (columns by name, in declared order)."""
+    schema = TABLES[table]
+    missing = [n for n in schema.names if n not in data.column_names]
+    if missing:
+        raise AssertionError(f"normalized {table} lacks columns {missing}")  # a traceql bug, not bad input
+    return data.select(schema.names).cast(schema)
+
+
+def _metadata(table: str) -> dict[bytes, bytes]:
+    return {META_VERSION: str(SCHEMA_VERSION).encode(), META_TABLE: table.encode()}
+
+
+def writer(table: str, path: Path) -> pq.ParquetWriter:
+    schema = TABLES[table].with_metadata(_metadata(table))
+    return pq.ParquetWriter(path, schema, compression="zstd")
+
+
+def write(table: str, data: pa.Table, path: Path) -> None:
+    with writer(table, path) as w:
+        w.write_table(conform(table, data).replace_schema_metadata(_metadata(table)))
+
+
+def check_file(path: Path) -> str:
+    """Return the table name stored in a traceql Parquet file; refuse unknown schema versions."""
+    try:
+        meta = pq.read_schema(path).metadata or {}
+    except Exception as exc:  # pyarrow raises several types for a damaged file
+        raise BadInputError(f"{path}: not a readable Parquet file ({exc}); re-run `traceql ingest`") from exc
+    version = meta.get(META_VERSION)
+    if version is None:
+        raise BadInputError(f"{path}: not written by traceql (no {META_VERSION.decode()} metadata)")
+    if version != str(SCHEMA_VERSION).encode():
+        raise SchemaVersionError(
+            f"{path}: run store schema version {version.decode()} is not supported by this traceql "
+            f"(knows {SCHEMA_VERSION}); re-ingest the trace or upgrade traceql"
+        )
+    return meta.get(META_TABLE, b"").decode()

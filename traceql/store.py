@@ -1,0 +1,114 @@
+"""The run store: a directory of ingested traces, and DuckDB views over one or many of them.
+
+Layout::
+
+    RUN_DIR/manifest.json              the runs it holds (written last, atomically)
+    RUN_DIR/runs/<run_id>/<table>.parquet   one file per normalized table, empty tables included
+
+A run appears in the manifest only once all its files are in place, so a crash mid-ingest leaves
+no half run; leftover ``.tmp-*`` folders are ignored and cleaned by the next ingest.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import tempfile
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import duckdb
+
+from . import schema
+from .errors import BadInputError, MissingInputError, SchemaVersionError
+
+MANIFEST = "manifest.json"
+STORE_FORMAT = "traceql-run-store"
+
+
+def is_store(path: Path) -> bool:
+    return (path / MANIFEST).is_file()
+
+
+def read_manifest(root: Path) -> dict:
+    path = root / MANIFEST
+    if not path.is_file():
+        if not root.exists():
+            raise MissingInputError(f"{root}: no such run directory; create one with `traceql ingest TRACE -o {root}`")
+        raise BadInputError(f"{root}: not a traceql run directory (no {MANIFEST}); create one with "
+                            f"`traceql ingest TRACE -o {root}`")
+    try:
+        manifest = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise BadInputError(f"{path}: unreadable manifest ({exc}); re-ingest the traces into a new directory") \
+            from exc
+    if manifest.get("format") != STORE_FORMAT:
+        raise BadInputError(f"{path}: not a traceql manifest")
+    if manifest.get("schema_version") != schema.SCHEMA_VERSION:
+        raise SchemaVersionError(f"{path}: run store schema version {manifest.get('schema_version')} is not "
+                                 f"supported (this traceql reads {schema.SCHEMA_VERSION}); re-ingest the traces "
+                                 "or use a matching traceql")
+    return manifest
+
+
+def new_manifest() -> dict:
+    return {"format": STORE_FORMAT, "schema_version": schema.SCHEMA_VERSION, "runs": {}}
+
+
+@contextlib.contextmanager
+def locked_manifest(root: Path) -> Iterator[dict]:
+    """Read-modify-write the manifest under an exclusive lock; written atomically on exit."""
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        manifest = read_manifest(root) if (root / MANIFEST).exists() else new_manifest()
+        yield manifest
+        fd, tmp = tempfile.mkstemp(dir=root, prefix=".manifest-", suffix=".json")
+        with os.fdopen(fd, "w") as f:
+            json.dump(manifest, f, indent=2, sort_keys=True)
+        os.replace(tmp, root / MANIFEST)
+
+
+def run_files(root: Path, table: str) -> list[Path]:
+    manifest = read_manifest(root)
+    return [root / "runs" / run_id / f"{table}.parquet" for run_id in sorted(manifest["runs"])]
+
+
+def _sql_str(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+def connect(run_dirs: Sequence[str | Path] | str | Path, con: duckdb.DuckDBPyConnection | None = None,
+            *, views: bool = True) -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection with one view per table over all runs in ``run_dirs`` (rows carry run_id).
+
+    The analysis views of ``queries/`` are created too (``views=False`` skips them).
+    """
+    if isinstance(run_dirs, str | Path):
+        run_dirs = [run_dirs]
+    if not run_dirs:
+        raise BadInputError("no run directory given")
+    con = con or duckdb.connect()
+    files: dict[str, list[Path]] = {t: [] for t in schema.TABLES}
+    for d in map(Path, run_dirs):
+        for table in schema.TABLES:
+            for f in run_files(d, table):
+                if not f.is_file():
+                    raise BadInputError(f"{f}: listed in {d / MANIFEST} but missing; re-ingest that trace")
+                files[table].append(f)
+    for table, paths in files.items():
+        for p in paths[:1]:  # one file per table is enough to refuse a store of another version
+            schema.check_file(p)
+        if paths:
+            sources = "[" + ", ".join(_sql_str(str(p)) for p in paths) + "]"
+            con.execute(f'CREATE OR REPLACE VIEW "{table}" AS SELECT * FROM read_parquet({sources})')
+        else:
+            con.register(f"_empty_{table}", schema.empty(table))
+            con.execute(f'CREATE OR REPLACE VIEW "{table}" AS SELECT * FROM "_empty_{table}"')
+    if views:
+        from .queries_loader import create_views
+
+        create_views(con)
+    return con
