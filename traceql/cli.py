@@ -5,7 +5,6 @@ Exit codes (see :mod:`traceql.errors`): 0 ok, 1 flagged by a gate, 2 bad usage o
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -13,7 +12,7 @@ from typing import Annotated
 import typer
 
 from . import __version__
-from .errors import EXIT_BAD_INPUT, TraceqlError
+from .errors import EXIT_BAD_INPUT, EXIT_FLAGGED, TraceqlError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Attribute the slowdown of compute kernels overlapped with communication, from Nsight traces.")
@@ -87,6 +86,46 @@ def sql(
         *dirs, query = run_dirs
         run_dirs, query = dirs, str(query)
     run_sql(run_dirs, query, fmt, output, sys.stdout)
+
+
+@app.command()
+def attribute(
+    inputs: Annotated[list[Path], typer.Argument(help="Run directories, nsys exports or .nsys-rep reports.",
+                                                 show_default=False)],
+    baseline: Annotated[Path | None, typer.Option(help="A run (or trace) whose isolated kernels give the baseline "
+                                                       "t0, e.g. the same job without communication.")] = None,
+    ncu: Annotated[Path | None, typer.Option(help="Nsight Compute report with isolated-kernel counters.")] = None,
+    group_by_nvtx: Annotated[str | None, typer.Option(help="Group kernels by the innermost NVTX range of their "
+                                                           "launching thread whose text matches this glob, "
+                                                           "e.g. 'case:*' or 'forward*'.")] = None,
+    focus: Annotated[str, typer.Option(help="Which overlapped kernels to list: any co-runner, or comm only.")]
+    = "any",
+    fmt: Annotated[str, typer.Option("--format", "-f", help="table, json or csv.")] = "table",
+    out_dir: Annotated[Path | None, typer.Option("-o", "--out-dir", help="Also write attribution.json, "
+                                                 "kernels.parquet and summary.parquet here.")] = None,
+    limit: Annotated[int, typer.Option(help="Rows of the table format (worst first).")] = 25,
+    max_slowdown: Annotated[float | None, typer.Option(help="Exit 1 if a device's compute slowdown exceeds this "
+                                                            "(e.g. 0.1 for 10%): a regression gate.")] = None,
+) -> None:
+    """Measure overlap and slowdown per compute kernel signature and name the contended resource."""
+    from .attribute import attribute as do_attribute
+    from .render import render_attribution
+
+    if ncu is not None:
+        raise TraceqlErrorUsage("--ncu needs Nsight Compute report support, which this traceql does not have yet")
+    if fmt not in ("table", "json", "csv"):
+        raise TraceqlErrorUsage(f"--format {fmt!r}: choose table, json or csv")
+    result = do_attribute(inputs, baseline=baseline, group_by_nvtx=group_by_nvtx, focus=focus)
+    if out_dir is not None:
+        result.write(out_dir)
+    sys.stdout.write(render_attribution(result, fmt, limit))
+    if max_slowdown is not None:
+        worst = [r for r in result.summary.to_pylist()
+                 if r["nvtx"] is None and r["compute_slowdown"] is not None and r["compute_slowdown"] > max_slowdown]
+        if worst:
+            _err(f"compute slowdown above {max_slowdown:.1%} on " + ", ".join(
+                f"run {r['run_id']} device {r['device_id']} ({r['compute_slowdown']:.1%})" for r in worst))
+            raise typer.Exit(EXIT_FLAGGED)
 
 
 @app.command("schema")

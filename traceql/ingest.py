@@ -21,7 +21,7 @@ import duckdb
 import pyarrow as pa
 
 from . import __version__, schema, store
-from .errors import BadInputError, MissingInputError
+from .errors import BadInputError, MissingInputError, TraceqlError
 from .nsys.adapter import adapter_for
 from .nsys.locate import export_report
 from .nsys.source import open_source
@@ -78,7 +78,7 @@ def _resolve_input(path: Path) -> tuple[Path, str]:
         return path, "nsys-parquetdir"
     if path.suffix == ".qdstrm":
         raise BadInputError(f"{path}: an unfinished nsys collection (.qdstrm): the profiler was interrupted before "
-                            "it wrote the .nsys-rep; run `QdstrmImporter -i {path}` from the Nsight Systems host "
+                            f"it wrote the .nsys-rep; run `QdstrmImporter -i {path}` from the Nsight Systems host "
                             "folder to recover it, or collect again")
     if path.stat().st_size == 0:
         raise BadInputError(f"{path}: empty file; the export or copy did not finish")
@@ -219,9 +219,7 @@ def ingest(traces: Sequence[str | Path] | str | Path, out: str | Path, *, requir
         for t in traces:
             try:
                 r = ingest_one(t, out, **kwargs)
-            except BadInputError as exc:  # also its subclasses
-                r = exc
-            except MissingInputError as exc:
+            except TraceqlError as exc:  # bad input, missing input, no nsys...
                 r = exc
             done(r, Path(t))
         return results
@@ -230,7 +228,7 @@ def ingest(traces: Sequence[str | Path] | str | Path, out: str | Path, *, requir
         for fut, t in futures:
             try:
                 r = fut.result()
-            except (BadInputError, MissingInputError) as exc:
+            except TraceqlError as exc:
                 r = exc
             done(r, t)
     return results

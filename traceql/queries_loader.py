@@ -37,9 +37,19 @@ def header_columns(sql: str) -> list[tuple[str, str]]:
 
 
 def create_views(con: duckdb.DuckDBPyConnection) -> list[str]:
-    names = []
-    for name, sql in query_files():
-        view = name.removesuffix(".sql")
-        con.execute(f'CREATE OR REPLACE VIEW "{view}" AS {sql.strip().rstrip(";")}')
-        names.append(view)
-    return names
+    """Create every view; a view whose dependencies do not exist yet is retried after the others."""
+    pending = [(name.removesuffix(".sql"), sql) for name, sql in query_files()]
+    created: list[str] = []
+    while pending:
+        failed = []
+        for view, sql in pending:
+            try:
+                con.execute(f'CREATE OR REPLACE VIEW "{view}" AS {sql.strip().rstrip(";")}')
+                created.append(view)
+            except duckdb.CatalogException as exc:
+                failed.append((view, sql, exc))
+        if len(failed) == len(pending):
+            view, _, exc = failed[0]
+            raise RuntimeError(f"query view {view} cannot be created: {exc}")
+        pending = [(v, s) for v, s, _ in failed]
+    return created

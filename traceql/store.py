@@ -66,6 +66,7 @@ def locked_manifest(root: Path) -> Iterator[dict]:
         manifest = read_manifest(root) if (root / MANIFEST).exists() else new_manifest()
         yield manifest
         fd, tmp = tempfile.mkstemp(dir=root, prefix=".manifest-", suffix=".json")
+        os.fchmod(fd, 0o644)  # mkstemp makes 0600: others sharing the run directory could not read it
         with os.fdopen(fd, "w") as f:
             json.dump(manifest, f, indent=2, sort_keys=True)
         os.replace(tmp, root / MANIFEST)

@@ -81,7 +81,10 @@ def export_report(report: Path, sha256: str) -> Path:
         info = json.loads(stamp.read_text())
         if info.get("sha256") == sha256 and (cache / info["export"]).exists():
             return cache / info["export"]
-    nsys = find_nsys()
+    try:
+        nsys = find_nsys()
+    except NsysNotFoundError as exc:
+        raise NsysNotFoundError(f"{report}: cannot export it: {exc}") from None
     version = nsys_version(nsys)
     kind = "parquetdir" if version >= PARQUETDIR_SINCE else "sqlite"
     name = "export" if kind == "parquetdir" else "export.sqlite"

@@ -123,7 +123,9 @@ class SqliteSource(Source):
                                 "or truncated, export it again") from exc
         name = f"raw_{table}"
         con.register(f"{name}_arrow", data)
-        cols = ", ".join(f"NULLIF({_quote(c)}, '') AS {_quote(c)}" if c in text else _quote(c) for c in columns)
+        # An empty result comes back with every column as int64, so TEXT is cast back to VARCHAR.
+        cols = ", ".join(f"NULLIF({_quote(c)}::VARCHAR, '') AS {_quote(c)}" if c in text else _quote(c)
+                         for c in columns)
         con.execute(f"CREATE OR REPLACE TEMP VIEW {name} AS SELECT {cols} FROM {name}_arrow")
         return name
 

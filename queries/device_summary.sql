@@ -1,0 +1,48 @@
+-- device_summary: per device, how compute and communication shared the GPU; per NVTX group too when grouping.
+-- Device rows (nvtx NULL) use interval unions; group rows sum over the group's compute kernels (communication
+-- kernels belong to no group, so comm_ns, exposed_comm_ns and hidden_comm_fraction are NULL there).
+-- columns:
+--   run_id                VARCHAR  run
+--   device_id             INTEGER  physical GPU
+--   nvtx                  VARCHAR  NVTX group, NULL for the whole device
+--   compute_ns            BIGINT   time with a non-communication kernel running (union) (ns)
+--   comm_ns               BIGINT   time with communication running: NCCL kernels, peer copies (union) (ns)
+--   overlap_ns            BIGINT   time with both running (ns)
+--   exposed_comm_ns       BIGINT   communication time with no kernel beside it (ns)
+--   hidden_comm_fraction  DOUBLE   overlap_ns / comm_ns
+--   overlap_fraction      DOUBLE   communication-overlapped time of compute kernels / their duration
+--   compute_slowdown      DOUBLE   sum t1 / sum t0 - 1 over overlapped compute kernels with a baseline
+--   compute_kernels       BIGINT   compute kernel instances
+--   overlapped_kernels    BIGINT   of those, overlapped by any other activity
+WITH totals AS (
+    SELECT run_id, device_id, arg_max(compute_ns, t) AS compute_ns, arg_max(comm_ns, t) AS comm_ns,
+           arg_max(comm_compute_ns, t) AS overlap_ns
+    FROM _activity_steps GROUP BY ALL
+), inst AS (
+    SELECT i.*, b.t0_ns
+    FROM kernel_instances i LEFT JOIN _baselines b
+      ON b.run_id = i.run_id AND b.device_id = i.device_id AND b.name = i.name AND b.grid = i.grid
+     AND b.block = i.block AND b.dynamic_smem_bytes = i.dynamic_smem_bytes
+), per_device AS (
+    SELECT run_id, device_id, sum(comm_overlap_ns) / nullif(sum(dur_ns), 0) AS overlap_fraction,
+           sum(dur_ns) FILTER (overlap_ns > 0 AND t0_ns IS NOT NULL)
+               / nullif(sum(t0_ns) FILTER (overlap_ns > 0 AND t0_ns IS NOT NULL), 0) - 1 AS compute_slowdown,
+           count(*) AS compute_kernels, count(*) FILTER (overlap_ns > 0) AS overlapped_kernels
+    FROM inst GROUP BY ALL
+), per_group AS (
+    SELECT run_id, device_id, nvtx, sum(dur_ns)::BIGINT AS compute_ns, sum(comm_overlap_ns)::BIGINT AS overlap_ns,
+           sum(comm_overlap_ns) / nullif(sum(dur_ns), 0) AS overlap_fraction,
+           sum(dur_ns) FILTER (overlap_ns > 0 AND t0_ns IS NOT NULL)
+               / nullif(sum(t0_ns) FILTER (overlap_ns > 0 AND t0_ns IS NOT NULL), 0) - 1 AS compute_slowdown,
+           count(*) AS compute_kernels, count(*) FILTER (overlap_ns > 0) AS overlapped_kernels
+    FROM inst WHERE nvtx IS NOT NULL GROUP BY ALL
+)
+SELECT t.run_id, t.device_id, NULL::VARCHAR AS nvtx, t.compute_ns::BIGINT AS compute_ns, t.comm_ns::BIGINT AS comm_ns,
+       t.overlap_ns::BIGINT AS overlap_ns, (t.comm_ns - t.overlap_ns)::BIGINT AS exposed_comm_ns,
+       t.overlap_ns / nullif(t.comm_ns, 0)::DOUBLE AS hidden_comm_fraction, p.overlap_fraction, p.compute_slowdown,
+       coalesce(p.compute_kernels, 0) AS compute_kernels, coalesce(p.overlapped_kernels, 0) AS overlapped_kernels
+FROM totals t LEFT JOIN per_device p USING (run_id, device_id)
+UNION ALL
+SELECT run_id, device_id, nvtx, compute_ns, NULL, overlap_ns, NULL, NULL, overlap_fraction, compute_slowdown,
+       compute_kernels, overlapped_kernels
+FROM per_group

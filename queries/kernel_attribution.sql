@@ -1,0 +1,141 @@
+-- kernel_attribution: per kernel signature (and NVTX group): observed slowdown under overlap and the
+-- part of it explained by each contended resource. Factors combine multiplicatively
+-- (t1/t0 = (1+clock)(1+sm)(1+dram_bw)(1+cache)(1+link)·(1+residual)); each factor's part of the
+-- slowdown is s·ln(1+e)/ln(1+s), so the parts and the residual add up to the slowdown s.
+-- Models (docs/attribution.md): clock f0/f1-1 first; SM: wave model with the co-runners' SMs;
+-- DRAM: combined demand over 90% of peak; cache: DRAM traffic that appears only under overlap;
+-- link: NVLink/PCIe busy (>= 30%) while no other factor explains the loss.
+-- columns:
+--   run_id               VARCHAR  run
+--   device_id            INTEGER  physical GPU
+--   nvtx                 VARCHAR  NVTX group (NULL unless grouping by NVTX)
+--   name                 VARCHAR  demangled kernel name
+--   short_name           VARCHAR  base function name
+--   grid                 VARCHAR  grid as XxYxZ
+--   block                VARCHAR  block as XxYxZ
+--   dynamic_smem_bytes   BIGINT   dynamic shared memory (bytes)
+--   n                    BIGINT   instances
+--   n_overlapped         BIGINT   instances overlapped by another activity
+--   n_isolated           BIGINT   baseline instances
+--   t0_ns                DOUBLE   isolated baseline, median (ns)
+--   t0_spread            DOUBLE   baseline interquartile range / median
+--   t1_ns                DOUBLE   overlapped instances, median (ns)
+--   sum_t1_ns            HUGEINT  total duration of the overlapped instances (ns)
+--   slowdown             DOUBLE   t1/t0 - 1
+--   in_overlap_slowdown  DOUBLE   slowdown while actually overlapped, 1/rho - 1 with rho = (t0/t1 - (1-f))/f (f >= 0.2)
+--   overlap_fraction     DOUBLE   overlapped time / duration of the overlapped instances
+--   comm_fraction        DOUBLE   communication-overlapped time / duration of the overlapped instances
+--   sm_share             DOUBLE   co-runners' SM share over the overlapped instances
+--   comm_sm_share        DOUBLE   communication kernels' SM share over the overlapped instances
+--   corunner_kind        VARCHAR  kind that overlapped longest: comm, compute, copy
+--   corunner_sms         DOUBLE   SMs held by co-runners while overlapped
+--   occupancy            BIGINT   CTAs per SM from the launch configuration
+--   sm_predicted         DOUBLE   SM (wave) model's slowdown while overlapped
+--   significant          BOOLEAN  slowdown beyond 2x the baseline spread (and 1%)
+--   sm                   DOUBLE   part of the slowdown explained by SMs taken
+--   dram_bw              DOUBLE   part explained by DRAM bandwidth
+--   cache                DOUBLE   part explained by L2 cache interference
+--   clock                DOUBLE   part explained by a lower clock (negative: a higher clock helped)
+--   link                 DOUBLE   part explained by NVLink/PCIe traffic
+--   residual             DOUBLE   slowdown left unexplained
+--   class                VARCHAR  sm, dram_bw, cache, clock, link, mixed, unexplained, none
+--   reason               VARCHAR  why the class is none/unexplained or a number is missing
+--   dram_pct_iso         DOUBLE   witness: DRAM bandwidth, isolated instances (% of peak)
+--   dram_pct_ovl         DOUBLE   witness: DRAM bandwidth, overlapped instances (% of peak)
+--   gpc_clock_mhz_iso    DOUBLE   witness: GPC clock, isolated instances (MHz)
+--   gpc_clock_mhz_ovl    DOUBLE   witness: GPC clock, overlapped instances (MHz)
+--   sm_active_pct_iso    DOUBLE   witness: SMs Active, isolated instances (%)
+--   sm_active_pct_ovl    DOUBLE   witness: SMs Active, overlapped instances (%)
+--   nvlink_pct_ovl       DOUBLE   witness: NVLink, overlapped instances (% of peak)
+--   pcie_pct_ovl         DOUBLE   witness: PCIe, overlapped instances (% of peak)
+WITH base AS (
+    SELECT *, t1_ns / t0_ns - 1 AS s,
+           overlap_fraction AS f,
+           ctas / (occupancy * sm_count)::DOUBLE AS waves
+    FROM kernel_signatures
+), models AS (
+    SELECT *,
+        CASE WHEN corunner_sms IS NULL OR sm_count IS NULL THEN 0
+             WHEN corunner_sms >= sm_count - 0.5 THEN NULL
+             WHEN corunner_sms <= 0 THEN 0
+             -- a grid smaller than the SMs left free does not notice the co-runner
+             WHEN waves < 0.9 AND ctas <= occupancy * (sm_count - corunner_sms) THEN 0
+             WHEN waves < 0.9 THEN ceil(ctas / (occupancy * (sm_count - corunner_sms))) - 1
+             -- persistent kernels (about one full wave) and many waves: throughput scales with free SMs
+             WHEN waves <= 1.0 OR waves >= 4 THEN sm_count / (sm_count - corunner_sms) - 1
+             ELSE ceil(ctas / (occupancy * (sm_count - corunner_sms))) / ceil(ctas / (occupancy * sm_count)) - 1
+        END AS sm_predicted,
+        CASE WHEN gpc_clock_mhz_iso > 0 AND gpc_clock_mhz_ovl > 0 THEN gpc_clock_mhz_iso / gpc_clock_mhz_ovl - 1
+             ELSE 0 END AS e_clock,
+        -- the victim's own DRAM rate under overlap is its isolated rate stretched by t0/t1; the rest is the co-runner's
+        CASE WHEN dram_pct_iso IS NOT NULL AND dram_pct_ovl IS NOT NULL AND f > 0
+             THEN greatest(0, (dram_pct_ovl - dram_pct_iso * t0_ns / t1_ns) / f) END AS co_dram_pct
+    FROM base
+), factors AS (
+    SELECT *,
+        coalesce(f * sm_predicted, 0) AS e_sm,
+        coalesce(f * greatest(0, (dram_pct_iso + co_dram_pct) / 90.0 - 1), 0) AS e_dram,
+        dram_pct_iso < 30 AND dram_pct_ovl - dram_pct_iso * t0_ns / t1_ns >= 10
+            AND (dram_pct_iso + co_dram_pct) < 90 AS cache_evidence,
+        coalesce(greatest(nvlink_pct_ovl, pcie_pct_ovl), 0) >= 30 AS link_evidence
+    FROM models
+), combined AS (
+    SELECT *,
+        -- what clock leaves, then SM and DRAM scaled down together if they over-explain it
+        (1 + s) / (1 + e_clock) - 1 AS r1,
+        (1 + e_sm) * (1 + e_dram) - 1 AS sd
+    FROM factors
+), scaled AS (
+    SELECT *,
+        CASE WHEN sd > greatest(r1, 0) AND sd > 0 THEN greatest(r1, 0) / sd ELSE 1 END AS k
+    FROM combined
+), parts AS (
+    SELECT *,
+        e_sm * k AS e_sm2, e_dram * k AS e_dram2,
+        CASE WHEN cache_evidence THEN greatest(0, (1 + r1) / ((1 + e_sm * k) * (1 + e_dram * k)) - 1) ELSE 0 END
+            AS e_cache,
+        (1 + r1) / ((1 + e_sm * k) * (1 + e_dram * k)) - 1 AS r2
+    FROM scaled
+), final AS (
+    SELECT *,
+        CASE WHEN link_evidence AND NOT cache_evidence AND r2 > 0 AND e_sm2 + e_dram2 < 0.5 * greatest(r1, 1e-9)
+             THEN r2 ELSE 0 END AS e_link,
+        CASE WHEN s IS NOT NULL AND abs(ln(1 + s)) > 1e-12 THEN s / ln(1 + s) END AS to_part
+    FROM parts
+), attributed AS (
+    SELECT *,
+        coalesce(to_part * ln(1 + e_sm2), 0) AS p_sm,
+        coalesce(to_part * ln(1 + e_dram2), 0) AS p_dram,
+        coalesce(to_part * ln(1 + e_cache), 0) AS p_cache,
+        coalesce(to_part * ln(1 + e_clock), 0) AS p_clock,
+        coalesce(to_part * ln(1 + e_link), 0) AS p_link,
+        n_isolated > 0 AND n_overlapped > 0 AND s IS NOT NULL
+            AND abs(s) > greatest(2 * coalesce(t0_spread, 0), 0.01) AS sig
+    FROM final
+)
+SELECT run_id, device_id, nvtx, name, short_name, grid, block, dynamic_smem_bytes, n, n_overlapped, n_isolated,
+       t0_ns, t0_spread, t1_ns, sum_t1_ns, s AS slowdown,
+       CASE WHEN f >= 0.2 AND s IS NOT NULL THEN 1 / ((t0_ns / t1_ns - (1 - f)) / f) - 1 END AS in_overlap_slowdown,
+       overlap_fraction, comm_fraction, sm_share, comm_sm_share, corunner_kind, corunner_sms, occupancy,
+       sm_predicted, coalesce(sig, false) AS significant,
+       p_sm AS sm, p_dram AS dram_bw, p_cache AS cache, p_clock AS clock, p_link AS link,
+       CASE WHEN s IS NOT NULL THEN s - p_sm - p_dram - p_cache - p_clock - p_link END AS residual,
+       CASE WHEN s IS NULL THEN 'unexplained'
+            WHEN NOT sig OR s <= 0 THEN 'none'
+            WHEN p_clock >= 0.5 * s THEN 'clock'
+            WHEN p_sm >= 0.5 * s THEN 'sm'
+            WHEN p_dram >= 0.5 * s THEN 'dram_bw'
+            WHEN p_cache >= 0.5 * s THEN 'cache'
+            WHEN p_link >= 0.5 * s THEN 'link'
+            WHEN p_sm + p_dram + p_cache + p_clock + p_link >= 0.5 * s THEN 'mixed'
+            ELSE 'unexplained' END AS class,
+       CASE WHEN n_overlapped = 0 THEN 'never overlapped'
+            WHEN n_isolated = 0 THEN 'no isolated instance to compare with (give --baseline)'
+            WHEN NOT sig THEN 'within 2x the baseline spread'
+            WHEN s <= 0 THEN 'faster when overlapped'
+            WHEN dram_pct_ovl IS NULL THEN 'no GPU metrics: only the SM model could be applied'
+            WHEN p_sm + p_dram + p_cache + p_clock + p_link < 0.5 * s THEN 'no factor reaches its threshold'
+       END AS reason,
+       dram_pct_iso, dram_pct_ovl, gpc_clock_mhz_iso, gpc_clock_mhz_ovl, sm_active_pct_iso, sm_active_pct_ovl,
+       nvlink_pct_ovl, pcie_pct_ovl
+FROM attributed

@@ -1,0 +1,188 @@
+"""``traceql attribute``: overlap, slowdown and its attribution per kernel signature, all in SQL.
+
+The computation lives in ``queries/`` (``kernel_overlap``, ``kernel_signatures``,
+``kernel_attribution``, ``device_summary``); this module prepares inputs (ingesting raw traces,
+an NVTX grouping, an external baseline) and returns the result tables and the JSON contract.
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+
+from . import store
+from .errors import BadInputError, UsageError
+
+JSON_SCHEMA_VERSION = 1
+FACTORS = ("sm", "dram_bw", "cache", "clock", "link")
+
+NVTX_GROUPS_SQL = """
+CREATE OR REPLACE VIEW _kernel_groups AS
+WITH launches AS (
+    SELECT k.run_id, k.global_pid, k.correlation_id, r.global_tid, r.start_ns AS t
+    FROM kernels k JOIN runtime_api r
+      ON r.run_id = k.run_id AND r.global_pid = k.global_pid AND r.correlation_id = k.correlation_id
+    WHERE k.kind = 'compute'
+), ranges AS (
+    SELECT n.run_id, n.global_tid, n.start_ns, n.end_ns, n.text
+    FROM nvtx n, _nvtx_glob g
+    WHERE n.event_type IN ('push_pop', 'start_end') AND n.text GLOB g.pattern
+)
+-- the innermost matching range of the launching thread: the latest-starting one around the launch
+SELECT l.run_id, l.global_pid, l.correlation_id, arg_max(r.text, r.start_ns) AS nvtx
+FROM launches l JOIN ranges r
+  ON r.run_id = l.run_id AND r.global_tid = l.global_tid AND r.start_ns <= l.t AND l.t <= r.end_ns
+GROUP BY ALL
+"""
+
+EXTERNAL_BASELINE_SQL = """
+CREATE OR REPLACE VIEW _baselines AS
+SELECT o.run_id, o.device_id, b.name, b.grid, b.block, b.dynamic_smem_bytes, b.n_isolated, b.t0_ns, b.t0_spread,
+       b.sm_active_pct_iso, b.dram_pct_iso, b.gpc_clock_mhz_iso
+FROM (SELECT DISTINCT run_id, device_id FROM kernels) o
+JOIN devices d USING (run_id, device_id)
+JOIN _external_baseline b ON b.gpu_name = d.name
+"""
+
+
+@dataclass
+class Attribution:
+    """What ``attribute`` returns: the tables, plus the JSON contract through :meth:`to_json`."""
+
+    runs: pa.Table
+    summary: pa.Table
+    kernels: pa.Table
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        rows = []
+        for r in self.kernels.to_pylist():
+            explained = {f: _num(r.pop(f)) for f in FACTORS}
+            row = {k: _num(v) for k, v in r.items()}
+            row["explained"] = explained
+            rows.append(row)
+        return {
+            "schema_version": JSON_SCHEMA_VERSION,
+            "runs": [{k: _num(v) for k, v in r.items()} for r in self.runs.to_pylist()],
+            "summary": [{k: _num(v) for k, v in r.items()} for r in self.summary.to_pylist()],
+            "kernels": rows,
+            "notes": self.notes,
+        }
+
+
+    def write(self, out_dir: str | Path) -> None:
+        """attribution.json (the contract), kernels.parquet and summary.parquet in ``out_dir``."""
+        import json
+
+        import pyarrow.parquet as pq
+
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "attribution.json").write_text(json.dumps(self.to_json(), indent=1, default=str))
+        pq.write_table(self.kernels, out / "kernels.parquet")
+        pq.write_table(self.summary, out / "summary.parquet")
+
+
+def _num(v):
+    if isinstance(v, float) and (math.isnan(v) or math.isinf(v)):
+        return None
+    if isinstance(v, int) and abs(v) > 2**62:
+        return float(v)
+    return v
+
+
+def _as_store(inputs: list[Path], workdir: Path) -> list[Path]:
+    """Run directories for ``inputs``: run directories as they are, raw traces ingested into ``workdir``."""
+    from .ingest import ingest
+
+    dirs, raw = [], []
+    for p in inputs:
+        (dirs if store.is_store(p) else raw).append(p)
+    if raw:
+        ingest(raw, workdir)
+        dirs.append(workdir)
+    return dirs
+
+
+KERNEL_COLUMNS = """run_id, device_id, nvtx, name, short_name, grid, block, dynamic_smem_bytes, n, n_overlapped,
+    n_isolated, t0_ns, t0_spread, t1_ns, slowdown, in_overlap_slowdown, overlap_fraction, comm_fraction, sm_share,
+    comm_sm_share, corunner_kind, corunner_sms, occupancy, sm_predicted, sm, dram_bw, cache, clock, link, residual,
+    class, significant, reason, dram_pct_iso, dram_pct_ovl, gpc_clock_mhz_iso, gpc_clock_mhz_ovl, sm_active_pct_iso,
+    sm_active_pct_ovl, nvlink_pct_ovl, pcie_pct_ovl"""
+
+
+def attribute(inputs: list[str | Path] | str | Path, *, baseline: str | Path | None = None,
+              group_by_nvtx: str | None = None, focus: str = "any", workdir: str | Path | None = None,
+              con: duckdb.DuckDBPyConnection | None = None) -> Attribution:
+    """Attribute the slowdown of compute kernels overlapped with other GPU work.
+
+    ``inputs``: run directories, nsys exports or reports (raw inputs are ingested first, into
+    ``workdir`` or a temporary directory). ``baseline``: a run whose isolated instances give t0.
+    ``group_by_nvtx``: a glob; each kernel joins the innermost matching NVTX range of its launching
+    thread. ``focus``: ``any`` co-runner (default) or only kernels overlapped by ``comm``.
+    """
+    if isinstance(inputs, str | Path):
+        inputs = [inputs]
+    inputs = [Path(p) for p in inputs]
+    if not inputs:
+        raise UsageError("no input given")
+    if focus not in ("any", "comm"):
+        raise UsageError(f"focus {focus!r}: choose any or comm")
+    if baseline is not None and Path(baseline) in inputs:
+        raise UsageError(f"--baseline {baseline} is also an input: give the baseline run only once")
+    tmp = None
+    if workdir is None:
+        tmp = tempfile.TemporaryDirectory(prefix="traceql-attribute-")
+        workdir = tmp.name
+    try:
+        dirs = _as_store(inputs, Path(workdir) / "runs")
+        con = store.connect(dirs, con)
+        notes: list[str] = []
+        if con.sql("SELECT count(*) FROM kernels").fetchall()[0][0] == 0:
+            raise BadInputError(f"{', '.join(map(str, inputs))}: no CUDA kernels in the input; collect with "
+                                "`nsys profile -t cuda` (or `traceql collect`)")
+        if group_by_nvtx:
+            con.execute("CREATE OR REPLACE TEMP TABLE _nvtx_glob AS SELECT $1::VARCHAR AS pattern", [group_by_nvtx])
+            con.execute(NVTX_GROUPS_SQL)
+        if baseline is not None:
+            _use_baseline(con, Path(baseline), Path(workdir) / "baseline")
+        if con.sql("SELECT count(*) FROM kernels WHERE kind = 'comm'").fetchall()[0][0] == 0 and \
+                con.sql("SELECT count(*) FROM memcpy WHERE is_peer").fetchall()[0][0] == 0:
+            notes.append("no communication (NCCL kernels or peer copies) in the input: the results describe "
+                         "overlap with other kernels and copies only")
+        where = "WHERE comm_fraction > 0" if focus == "comm" else ""
+        kernels = con.sql(f"""SELECT {KERNEL_COLUMNS} FROM kernel_attribution {where}
+                              ORDER BY significant DESC, (t1_ns - t0_ns) * n_overlapped DESC NULLS LAST,
+                                       sum_t1_ns DESC NULLS LAST""").to_arrow_table()
+        summary = con.sql("SELECT * FROM device_summary ORDER BY run_id, device_id, nvtx NULLS FIRST").to_arrow_table()
+        runs = con.sql("SELECT run_id, source_path, format, tool_version, gpu_names FROM runs ORDER BY run_id") \
+            .to_arrow_table()
+        return Attribution(runs, summary, kernels, notes)
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+
+
+def _use_baseline(con: duckdb.DuckDBPyConnection, baseline: Path, workdir: Path) -> None:
+    bdirs = _as_store([baseline], workdir)
+    bcon = store.connect(bdirs)
+    try:
+        table = bcon.sql("""SELECT d.name AS gpu_name, b.name, b.grid, b.block, b.dynamic_smem_bytes,
+                                   sum(b.n_isolated) AS n_isolated, median(b.t0_ns) AS t0_ns,
+                                   max(b.t0_spread) AS t0_spread, avg(b.sm_active_pct_iso) AS sm_active_pct_iso,
+                                   avg(b.dram_pct_iso) AS dram_pct_iso, avg(b.gpc_clock_mhz_iso) AS gpc_clock_mhz_iso
+                            FROM _baselines b JOIN devices d USING (run_id, device_id) GROUP BY ALL""").to_arrow_table()
+        base_gpus = {r[0] for r in bcon.sql("SELECT DISTINCT name FROM devices").fetchall()}
+    finally:
+        bcon.close()
+    run_gpus = {r[0] for r in con.sql("SELECT DISTINCT name FROM devices").fetchall()}
+    if base_gpus and run_gpus and not (base_gpus & run_gpus):
+        raise BadInputError(f"--baseline {baseline}: recorded on {', '.join(sorted(base_gpus))}, but the input ran "
+                            f"on {', '.join(sorted(run_gpus))}; a baseline must come from the same GPU model")
+    con.register("_external_baseline", table)
+    con.execute(EXTERNAL_BASELINE_SQL)

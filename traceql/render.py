@@ -1,0 +1,62 @@
+"""Text renderings of analysis results (the CLI's table, csv and json formats)."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pyarrow as pa
+import pyarrow.csv as pacsv
+
+
+def _fmt_ns(v: float | None) -> str:
+    if v is None:
+        return "-"
+    return f"{v / 1e6:.3f}" if v >= 1e5 else f"{v / 1e3:.1f}us"
+
+
+def _pct(v: float | None) -> str:
+    return "-" if v is None else f"{v:+.1%}"
+
+
+def render_attribution(result, fmt: str, limit: int = 25) -> str:
+    if fmt == "json":
+        return json.dumps(result.to_json(), indent=1, default=str) + "\n"
+    if fmt == "csv":
+        sink = pa.BufferOutputStream()
+        pacsv.write_csv(result.kernels, sink)
+        return sink.getvalue().to_pybytes().decode()
+    from rich.console import Console
+    from rich.table import Table
+
+    buf = io.StringIO()
+    console = Console(file=buf, width=220, color_system=None)
+    summary = Table(title="per device (compute = non-communication kernels)", title_justify="left")
+    for col in ("run", "device", "compute ms", "comm ms", "overlap ms", "exposed comm ms", "hidden comm",
+                "overlap frac", "compute slowdown", "kernels overlapped"):
+        summary.add_column(col)
+    for r in result.summary.to_pylist():
+        if r["nvtx"] is not None:
+            continue
+        summary.add_row(r["run_id"], str(r["device_id"]), _fmt_ns(r["compute_ns"]), _fmt_ns(r["comm_ns"]),
+                        _fmt_ns(r["overlap_ns"]), _fmt_ns(r["exposed_comm_ns"]),
+                        "-" if r["hidden_comm_fraction"] is None else f"{r['hidden_comm_fraction']:.0%}",
+                        "-" if r["overlap_fraction"] is None else f"{r['overlap_fraction']:.1%}",
+                        _pct(r["compute_slowdown"]), f"{r['overlapped_kernels']}/{r['compute_kernels']}")
+    console.print(summary, markup=False)
+    kernels = Table(title=f"kernel signatures, worst first (top {limit}; ms unless marked)", title_justify="left")
+    for col in ("dev", "kernel", "nvtx", "n ovl/all", "t0", "t1", "slowdown", "f", "co-runner", "SMs held",
+                "sm", "dram_bw", "cache", "clock", "link", "residual", "class"):
+        kernels.add_column(col, overflow="fold")
+    for r in result.kernels.slice(0, limit).to_pylist():
+        kernels.add_row(
+            str(r["device_id"]), (r["short_name"] or r["name"] or "")[:48], (r["nvtx"] or "")[:40],
+            f"{r['n_overlapped']}/{r['n']}", _fmt_ns(r["t0_ns"]), _fmt_ns(r["t1_ns"]), _pct(r["slowdown"]),
+            "-" if r["overlap_fraction"] is None else f"{r['overlap_fraction']:.2f}", r["corunner_kind"] or "-",
+            "-" if r["corunner_sms"] is None else f"{r['corunner_sms']:.0f}",
+            *(_pct(r[f]) if r["significant"] else "" for f in ("sm", "dram_bw", "cache", "clock", "link", "residual")),
+            r["class"])
+    console.print(kernels, markup=False)
+    for note in result.notes:
+        console.print(f"note: {note}", markup=False)
+    return buf.getvalue()
