@@ -186,7 +186,7 @@ class Bench:
         for ws in ("dram", "l2"):
             r = reps if ws == "dram" else max(2, reps // 2)
             self.case("half", "half", lambda w=ws: self.run_half(w, 0),
-                      lambda t, w=ws: [self.run_half(w, 1) for _ in range(r)], r,
+                      lambda t, w=ws, n=r: [self.run_half(w, 1) for _ in range(n)], r,
                       ctas=self.sms // 2, ws=ws)
         torch.cuda.synchronize()
         if args.profile_range:

@@ -43,7 +43,6 @@ def parse_args(argv=None) -> argparse.Namespace:
 def run(args: argparse.Namespace) -> None:
     import torch
     import torch.distributed as dist
-
     from labels import case_range, nvtx_range  # type: ignore[import-not-found]
 
     rank = int(os.environ.get("RANK", "0"))
@@ -106,7 +105,6 @@ def run(args: argparse.Namespace) -> None:
                                 gemm()
                                 comm()
                 torch.cuda.synchronize()
-        del a, b, c, buf, shard, full
 
     configs = [(d, o, int(s)) for d in args.dtypes.split(",") for o in args.ops.split(",")
                for s in args.bytes.split(",")]

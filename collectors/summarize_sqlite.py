@@ -8,7 +8,7 @@ for path in sys.argv[1:]:
     print(f"== {path}")
     tables = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table' ORDER BY name")]
     for t in tables:
-        n = con.execute('SELECT count(*) FROM "%s"' % t).fetchone()[0]
+        n = con.execute(f'SELECT count(*) FROM "{t}"').fetchone()[0]
         print(f"  {t}: {n}")
     if "META_DATA_EXPORT" in tables:
         print("  meta:", con.execute("SELECT * FROM META_DATA_EXPORT").fetchall())

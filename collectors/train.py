@@ -63,7 +63,6 @@ def build_model(args, torch):
 def run(args) -> None:
     import torch
     import torch.distributed as dist
-
     from labels import case_range, nvtx_range  # type: ignore[import-not-found]
 
     rank, local = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])

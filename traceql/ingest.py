@@ -135,7 +135,7 @@ def _write_run(trace: Path, export: Path, fmt: str, digest: str, run_id: str, tm
 
         def put(table: str, data: pa.Table | None) -> None:
             data = schema.empty(table).drop(["run_id"]) if data is None else data
-            data = data.append_column("run_id", pa.array([run_id] * data.num_rows, pa.string()))
+            data = data.append_column("run_id", pa.repeat(pa.scalar(run_id, pa.string()), data.num_rows))
             schema.write(table, data, tmp / f"{table}.parquet")
             info.tables[table] = data.num_rows
 
@@ -184,9 +184,10 @@ def _write_streamed(table: str, batches, run_id: str, path: Path) -> int:
         for batch in batches or ():
             if batch.num_rows == 0:
                 continue
-            cols = [pa.array([run_id] * batch.num_rows, pa.string()) if n == "run_id" else batch.column(n)
+            cols = [pa.repeat(pa.scalar(run_id, pa.string()), batch.num_rows) if n == "run_id" else batch.column(n)
                     for n in target.names]
-            w.write_batch(pa.RecordBatch.from_arrays([c.cast(f.type) for c, f in zip(cols, target)], schema=target))
+            cols = [c.cast(f.type) for c, f in zip(cols, target, strict=True)]
+            w.write_batch(pa.RecordBatch.from_arrays(cols, schema=target))
             rows += batch.num_rows
     return rows
 

@@ -151,7 +151,6 @@ class Adapter:
         common, p, joins = self._activity(table, ["bytes", "copyKind", "srcKind", "dstKind", "srcDeviceId",
                                                   "dstDeviceId"])
         dmap = self._device_map()
-        c = self.col
         return self.fetch(f"""
             SELECT {common}, r.bytes AS bytes, ck.label AS copy_kind, sk.label AS src_kind, dk.label AS dst_kind,
                    COALESCE(sdm.device_id, {'r.srcDeviceId' if 'srcDeviceId' in p else 'NULL'})::INT AS src_device_id,
@@ -183,7 +182,6 @@ class Adapter:
             return None
         rel, p = self.load("NVTX_EVENTS", ["start", "end", "eventType", "text", "textId", "globalTid", "domainId"])
         strings = self._strings()
-        c = self.col
         text_id = "r.textId" if "textId" in p else "NULL"
         domain = "r.domainId" if "domainId" in p else "0"
         self.con.execute(f"""
