@@ -26,11 +26,16 @@ def _err(msg: str) -> None:
     typer.echo(f"traceql: {msg}", err=True)
 
 
-@app.callback()
-def _main(version: Annotated[bool, typer.Option("--version", help="Print the version and exit.")] = False) -> None:
-    if version:
+def _version(value: bool) -> None:
+    if value:
         typer.echo(__version__)
         raise typer.Exit(0)
+
+
+@app.callback()
+def _main(version: Annotated[bool, typer.Option("--version", help="Print the version and exit.", is_eager=True,
+                                                callback=_version)] = False) -> None:
+    """Attribute the slowdown of compute kernels overlapped with communication, from Nsight traces."""
 
 
 @app.command()
@@ -128,6 +133,71 @@ def attribute(
             raise typer.Exit(EXIT_FLAGGED)
 
 
+@app.command(context_settings={"allow_interspersed_args": False})
+def collect(
+    cmd: Annotated[list[str], typer.Argument(help="The program and its arguments, after --.", show_default=False)],
+    out: Annotated[Path, typer.Option("-o", "--out", help="Run store to add the run to.")] = Path("traceql-runs"),
+    name: Annotated[str | None, typer.Option(help="Report name (default: run-DATE-TIME).")] = None,
+    gpu_metrics: Annotated[bool, typer.Option(help="Sample GPU metrics (SMs, DRAM, clocks, links) at 10 kHz.")]
+    = False,
+    power: Annotated[bool, typer.Option(help="Sample NVML power, energy, clocks and throttle reasons every 15 ms.")]
+    = False,
+    ncu: Annotated[bool, typer.Option(help="Run Nsight Compute instead (isolated-kernel counters).")] = False,
+    nsys_args: Annotated[str, typer.Option(help="Extra nsys profile flags, as one string.")] = "",
+    timeout: Annotated[float | None, typer.Option(help="End the program after this many seconds.")] = None,
+    kernels: Annotated[str | None, typer.Option(help="--ncu: profile kernels matching this regex.")] = None,
+    nvtx_include: Annotated[str | None, typer.Option(help="--ncu: only kernels inside this NVTX range, "
+                                                          "e.g. 'profile/'.")] = None,
+    clock_control: Annotated[str, typer.Option(help="--ncu: ncu --clock-control (none keeps the GPU's own clocks).")]
+    = "none",
+    label: Annotated[list[str], typer.Option(help="KEY=VALUE label for the run (repeatable).")] = [],  # noqa: B006
+) -> None:
+    """Run a program under Nsight Systems (or Nsight Compute) and ingest the result.
+
+    traceql collect --gpu-metrics -- torchrun --nproc-per-node 8 train.py
+    """
+    import shlex
+
+    from .collect import collect as do_collect
+
+    result = do_collect(cmd, out, name=name, gpu_metrics=gpu_metrics, power=power, ncu=ncu,
+                        nsys_args=shlex.split(nsys_args), timeout=timeout, labels=_parse_labels(label),
+                        kernels_regex=kernels, nvtx_include=nvtx_include, clock_control=clock_control,
+                        log=lambda line: typer.echo(line, err=True))
+    for msg in result.messages:
+        _err(msg)
+    raise typer.Exit(result.exit_code)
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def bench(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="overlap, contention or train.")],
+    out: Annotated[Path, typer.Option("-o", "--out", help="Run store to add the run to.")] = Path("traceql-runs"),
+    gpu_metrics: Annotated[bool, typer.Option(help="Sample GPU metrics.")] = True,
+    power: Annotated[bool, typer.Option(help="Sample NVML power.")] = False,
+    timeout: Annotated[float | None, typer.Option(help="End the benchmark after this many seconds.")] = None,
+    run_name: Annotated[str | None, typer.Option("--name", help="Report name.")] = None,
+) -> None:
+    """Run one of traceql's microbenchmarks under `traceql collect`; extra options go to the benchmark."""
+    from .collect import collect as do_collect
+
+    names = ("overlap", "contention", "train")
+    if name not in names:
+        raise TraceqlErrorUsage(f"unknown benchmark {name!r}: choose {', '.join(names)}")
+    import datetime as dt
+
+    # The benchmarks mark their measured part with cudaProfilerStart/Stop: capture only that.
+    cmd = [sys.executable, "-m", f"traceql.collectors.{name}", "--profile-range", *ctx.args]
+    result = do_collect(cmd, out, name=run_name or f"{name}-{dt.datetime.now():%Y%m%d-%H%M%S}",
+                        gpu_metrics=gpu_metrics, power=power, timeout=timeout, labels={"bench": name},
+                        nsys_args=["--capture-range=cudaProfilerApi", "--capture-range-end=stop"],
+                        log=lambda line: typer.echo(line, err=True))
+    for msg in result.messages:
+        _err(msg)
+    raise typer.Exit(result.exit_code)
+
+
 @app.command("schema")
 def schema_cmd() -> None:
     """List the run store's tables and columns (schema v1)."""
@@ -153,10 +223,18 @@ class TraceqlErrorUsage(TraceqlError, ValueError):
     pass
 
 
+def _click_errors() -> tuple[type[Exception], ...]:
+    try:
+        from typer._click.exceptions import ClickException
+    except ImportError:  # typer versions that use click itself
+        from click.exceptions import ClickException
+    return (ClickException,)
+
+
 def main() -> None:
     """Entry point: map traceql errors to their exit codes without tracebacks."""
     try:
-        app(standalone_mode=False)
+        rc = app(standalone_mode=False)
     except TraceqlError as exc:
         _err(str(exc))
         sys.exit(exc.exit_code)
@@ -165,14 +243,11 @@ def main() -> None:
     except typer.Abort:
         _err("aborted")
         sys.exit(130)
-    except Exception as exc:  # click usage errors
-        import click
-
-        if isinstance(exc, click.ClickException):
+    except _click_errors() as exc:  # usage errors, raised by the click that typer carries
+        if type(exc).__name__ != "NoArgsIsHelpError":  # help was printed already
             exc.show()
-            sys.exit(EXIT_BAD_INPUT)
-        raise
-    sys.exit(0)
+        sys.exit(EXIT_BAD_INPUT)
+    sys.exit(rc if isinstance(rc, int) else 0)
 
 
 if __name__ == "__main__":

@@ -88,7 +88,7 @@ def _resolve_input(path: Path) -> tuple[Path, str]:
 
 
 def ingest_one(trace: str | Path, out: str | Path, *, require_kernels: bool = True,
-               labels: dict[str, str] | None = None) -> RunInfo:
+               labels: dict[str, str] | None = None, power_file: str | Path | None = None) -> RunInfo:
     trace, out = Path(trace), Path(out)
     path, fmt = _resolve_input(trace)
     digest = sha256_of(path)
@@ -105,7 +105,8 @@ def ingest_one(trace: str | Path, out: str | Path, *, require_kernels: bool = Tr
             export = _decompress(path, tmp / "export.sqlite")
         else:
             export = path
-        info = _write_run(trace, export, fmt, digest, run_id, tmp, require_kernels, labels or {})
+        info = _write_run(trace, export, fmt, digest, run_id, tmp, require_kernels, labels or {},
+                          Path(power_file) if power_file else None)
         if export.parent == tmp:
             export.unlink()
         final = out / "runs" / run_id
@@ -123,8 +124,25 @@ def ingest_one(trace: str | Path, out: str | Path, *, require_kernels: bool = Tr
     return info
 
 
+def _power(power_file: Path, devices: pa.Table | None, session_start: int | None, trace: Path) -> pa.Table:
+    """NVML samples (epoch ns, by GPU uuid) onto the trace's timeline and its device ids."""
+    import pyarrow.parquet as pq
+
+    if session_start is None:
+        raise BadInputError(f"{trace}: no session start time in the export, so power samples cannot be aligned")
+    samples = pq.read_table(power_file)
+    con = duckdb.connect()
+    con.register("samples", samples)
+    con.register("devs", devices if devices is not None else schema.empty("devices").drop(["run_id"]))
+    return con.sql(f"""
+        SELECT d.device_id, s.uuid, s.epoch_ns - {int(session_start)} AS ts_ns, s.power_w, s.energy_j,
+               s.sm_clock_mhz, s.mem_clock_mhz, s.temp_c, s.throttle_reasons, s.power_limit_w
+        FROM samples s LEFT JOIN devs d ON lower(replace(s.uuid, 'GPU-', '')) = lower(replace(d.uuid, 'GPU-', ''))
+        ORDER BY device_id, ts_ns""").to_arrow_table()
+
+
 def _write_run(trace: Path, export: Path, fmt: str, digest: str, run_id: str, tmp: Path,
-               require_kernels: bool, labels: dict[str, str]) -> RunInfo:
+               require_kernels: bool, labels: dict[str, str], power_file: Path | None = None) -> RunInfo:
     source = open_source(export)
     con = duckdb.connect()
     con.execute("SET threads TO 2")
@@ -139,8 +157,14 @@ def _write_run(trace: Path, export: Path, fmt: str, digest: str, run_id: str, tm
             schema.write(table, data, tmp / f"{table}.parquet")
             info.tables[table] = data.num_rows
 
+        start = None
+        if "TARGET_INFO_SESSION_START_TIME" in source.tables():
+            rel, _ = adapter.load("TARGET_INFO_SESSION_START_TIME", ["utcEpochNs"])
+            row = con.sql(f"SELECT max(utcEpochNs) FROM {rel}").fetchall()[0]
+            start = row[0] if row else None
         devices = adapter.devices()
         put("devices", devices)
+        put("power", _power(power_file, devices, start, trace) if power_file else None)
         put("processes", adapter.processes())
         for table in ("kernels", "memcpy", "memset", "nvtx", "runtime_api"):
             put(table, getattr(adapter, table)())
@@ -152,11 +176,6 @@ def _write_run(trace: Path, export: Path, fmt: str, digest: str, run_id: str, tm
         if require_kernels and info.tables["kernels"] == 0:
             raise BadInputError(f"{trace}: no CUDA kernel data (no CUPTI_ACTIVITY_KIND_KERNEL rows); was the program "
                                 "run under `nsys profile -t cuda`? Pass --allow-no-kernels to ingest it anyway")
-        start = None
-        if "TARGET_INFO_SESSION_START_TIME" in source.tables():
-            rel, _ = adapter.load("TARGET_INFO_SESSION_START_TIME", ["utcEpochNs"])
-            row = con.execute(f"SELECT max(utcEpochNs) FROM {rel}").fetchone()
-            start = row[0] if row else None
         gpu_names = ",".join(sorted(set(devices.column("name").to_pylist()))) if devices is not None else ""
         runs = pa.table({
             "run_id": [run_id], "source_path": [str(trace.resolve())], "source_sha256": [digest],

@@ -65,6 +65,10 @@ _TABLES: dict[str, pa.Schema] = {
         ("name", s), ("correlation_id", i64), ("return_value", i64),
     ),
     "gpu_metrics": _schema(("device_id", i32), ("ts_ns", i64), ("metric", s), ("value", f64)),
+    "power": _schema(
+        ("device_id", i32), ("uuid", s), ("ts_ns", i64), ("power_w", f64), ("energy_j", f64), ("sm_clock_mhz", f64),
+        ("mem_clock_mhz", f64), ("temp_c", f64), ("throttle_reasons", i64), ("power_limit_w", f64),
+    ),
 }
 
 # Every row carries its run_id, so files stay self-describing when moved or merged.
@@ -84,6 +88,7 @@ DESCRIPTIONS = {
     "nvtx": "one row per NVTX range or mark, with its thread, nesting depth and parsed case:/key=value labels",
     "runtime_api": "one row per CUDA runtime/driver API call; correlation_id links it to its kernel or copy",
     "gpu_metrics": "one row per (GPU, sample, metric): nsys GPU metrics sampling, long format",
+    "power": "one row per NVML sample (traceql collect --power): power, energy counter, clocks, throttle reasons",
 }
 
 
