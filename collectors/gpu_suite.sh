@@ -3,9 +3,10 @@
 # Run from the repository root after `source .device-carry/device-setup.sh`; results under $OUT.
 set -uo pipefail
 W=/tmp/traceql-suite; rm -rf "$W"; mkdir -p "$W"
-python3 -m pip install -q --no-deps --no-build-isolation --no-compile --target /tmp/tq . >/dev/null 2>&1 \
-  || { echo "traceql install failed"; exit 1; }
+python3 -m pip install -q --no-deps --no-build-isolation --no-compile --target /tmp/tq . 2>&1 | tail -3
+python3 -c "import sys; sys.path.insert(0, '/tmp/tq'); import traceql.collectors.overlap" || { echo "install failed"; exit 1; }
 export PYTHONPATH="/tmp/tq${PYTHONPATH:+:$PYTHONPATH}"
+cd /tmp  # run the installed traceql, not the source tree (where traceql.collectors does not exist)
 TQ=(python3 -m traceql.cli)
 S="$W/store"
 step() { echo "### $*"; }

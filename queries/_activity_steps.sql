@@ -11,7 +11,7 @@
 --   compute2_ns   HUGEINT  time with two or more non-communication kernels active, up to t (ns)
 --   comm_compute_ns HUGEINT time with communication and a compute kernel active together, up to t (ns)
 --   any2_ns       HUGEINT  time with a compute kernel and any other activity active, up to t (ns)
---   sm_comm       HUGEINT  integral of SMs held by communication kernels, up to t (SM·ns)
+--   sm_comm       HUGEINT  integral of min(SM count, SMs held by communication kernels), up to t (SM·ns)
 --   sm_compute    HUGEINT  integral of SMs held by non-communication kernels, up to t (SM·ns)
 WITH edges AS (
     SELECT run_id, device_id, start_ns AS t, 1 AS sign, corunner_kind, sm_held FROM _activities
@@ -28,9 +28,11 @@ WITH edges AS (
 ), levels AS (
     SELECT run_id, device_id, t,
            sum(d_comm) OVER w AS n_comm, sum(d_copy) OVER w AS n_copy, sum(d_comp) OVER w AS n_comp,
-           sum(d_sm_comm) OVER w AS sm_comm, sum(d_sm_comp) OVER w AS sm_comp,
+           -- concurrent comm kernels cannot hold more than every SM (DESIGN: min(S, sum of comm CTAs))
+           least(sum(d_sm_comm) OVER w, coalesce(sm_count, sum(d_sm_comm) OVER w)) AS sm_comm,
+           sum(d_sm_comp) OVER w AS sm_comp,
            coalesce(lead(t) OVER (PARTITION BY run_id, device_id ORDER BY t) - t, 0) AS len
-    FROM deltas
+    FROM deltas LEFT JOIN (SELECT run_id, device_id, sm_count FROM devices) USING (run_id, device_id)
     WINDOW w AS (PARTITION BY run_id, device_id ORDER BY t ROWS UNBOUNDED PRECEDING)
 )
 SELECT run_id, device_id, t,

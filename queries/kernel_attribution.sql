@@ -120,7 +120,8 @@ SELECT run_id, device_id, nvtx, name, short_name, grid, block, dynamic_smem_byte
        sm_predicted, coalesce(sig, false) AS significant,
        p_sm AS sm, p_dram AS dram_bw, p_cache AS cache, p_clock AS clock, p_link AS link,
        CASE WHEN s IS NOT NULL THEN s - p_sm - p_dram - p_cache - p_clock - p_link END AS residual,
-       CASE WHEN s IS NULL THEN 'unexplained'
+       CASE WHEN n_overlapped = 0 THEN 'none'
+            WHEN s IS NULL THEN 'unexplained'
             WHEN NOT sig OR s <= 0 THEN 'none'
             WHEN p_clock >= 0.5 * s THEN 'clock'
             WHEN p_sm >= 0.5 * s THEN 'sm'

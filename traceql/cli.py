@@ -188,7 +188,7 @@ def bench(
     import datetime as dt
 
     # The benchmarks mark their measured part with cudaProfilerStart/Stop: capture only that.
-    cmd = [sys.executable, "-m", f"traceql.collectors.{name}", "--profile-range", *ctx.args]
+    cmd = [*_collector_cmd(name), "--profile-range", *ctx.args]
     result = do_collect(cmd, out, name=run_name or f"{name}-{dt.datetime.now():%Y%m%d-%H%M%S}",
                         gpu_metrics=gpu_metrics, power=power, timeout=timeout, labels={"bench": name},
                         nsys_args=["--capture-range=cudaProfilerApi", "--capture-range-end=stop"],
@@ -196,6 +196,18 @@ def bench(
     for msg in result.messages:
         _err(msg)
     raise typer.Exit(result.exit_code)
+
+
+def _collector_cmd(name: str) -> list[str]:
+    """How to start a bundled benchmark: as an installed module, or from a source checkout."""
+    import importlib.util
+
+    try:
+        if importlib.util.find_spec(f"traceql.collectors.{name}") is not None:
+            return [sys.executable, "-m", f"traceql.collectors.{name}"]
+    except ModuleNotFoundError:
+        pass
+    return [sys.executable, str(Path(__file__).resolve().parent.parent / "collectors" / f"{name}.py")]
 
 
 @app.command("schema")
