@@ -3,8 +3,9 @@
 -- (t1/t0 = (1+clock)(1+sm)(1+dram_bw)(1+cache)(1+link)·(1+residual)); each factor's part of the
 -- slowdown is s·ln(1+e)/ln(1+s), so the parts and the residual add up to the slowdown s.
 -- Models (docs/attribution.md): clock f0/f1-1 first; SM: wave model with the co-runners' SMs;
--- DRAM: combined demand over 90% of peak; cache: DRAM traffic that appears only under overlap;
--- link: NVLink/PCIe busy (>= 30%) while no other factor explains the loss.
+-- DRAM: combined isolated demand over 90% of peak, plus the remaining loss when both victim and co-runners move
+-- DRAM traffic (>= 10% of peak each) without extra bytes; cache: DRAM bytes that appear only under overlap
+-- (>= 25% more than victim and co-runners move alone); link: NVLink/PCIe busy (>= 30%) while nothing else explains.
 -- columns:
 --   run_id               VARCHAR  run
 --   device_id            INTEGER  physical GPU
@@ -48,6 +49,7 @@
 --   sm_active_pct_ovl    DOUBLE   witness: SMs Active, overlapped instances (%)
 --   nvlink_pct_ovl       DOUBLE   witness: NVLink, overlapped instances (% of peak)
 --   pcie_pct_ovl         DOUBLE   witness: PCIe, overlapped instances (% of peak)
+--   co_dram_pct          DOUBLE   witness: co-runners' isolated DRAM rate while overlapping (% of peak)
 WITH base AS (
     SELECT *, t1_ns / t0_ns - 1 AS s,
            overlap_fraction AS f,
@@ -67,21 +69,26 @@ WITH base AS (
         END AS sm_predicted,
         CASE WHEN gpc_clock_mhz_iso > 0 AND gpc_clock_mhz_ovl > 0 THEN gpc_clock_mhz_iso / gpc_clock_mhz_ovl - 1
              ELSE 0 END AS e_clock,
-        -- the victim's own DRAM rate under overlap is its isolated rate stretched by t0/t1; the rest is the co-runner's
-        CASE WHEN dram_pct_iso IS NOT NULL AND dram_pct_ovl IS NOT NULL AND f > 0
-             THEN greatest(0, (dram_pct_ovl - dram_pct_iso * t0_ns / t1_ns) / f) END AS co_dram_pct
+        -- DRAM bytes: measured over the overlapped instances, against what victim and co-runners move alone
+        -- (co-runners assumed stretched like the victim, so their bytes scale with t0, not t1)
+        dram_pct_ovl * t1_ns AS bytes_measured,
+        dram_pct_iso * t0_ns + coalesce(co_dram_pct, 0) * f * t0_ns AS bytes_expected
     FROM base
 ), factors AS (
     SELECT *,
         coalesce(f * sm_predicted, 0) AS e_sm,
+        -- combined demand over the sustainable peak: the bandwidth share lost to the co-runners
         coalesce(f * greatest(0, (dram_pct_iso + co_dram_pct) / 90.0 - 1), 0) AS e_dram,
-        dram_pct_iso < 30 AND dram_pct_ovl - dram_pct_iso * t0_ns / t1_ns >= 10
-            AND (dram_pct_iso + co_dram_pct) < 90 AS cache_evidence,
+        -- cache: DRAM traffic that only appears under overlap (the victim's working set no longer fits)
+        coalesce(bytes_measured - bytes_expected >= greatest(0.25 * bytes_expected, 5 * t0_ns), false)
+            AS cache_evidence,
+        -- DRAM contention below saturation (queueing): both sides move DRAM traffic, no extra bytes
+        coalesce(dram_pct_iso >= 10 AND co_dram_pct >= 10, false) AS dram_evidence,
         coalesce(greatest(nvlink_pct_ovl, pcie_pct_ovl), 0) >= 30 AS link_evidence
     FROM models
 ), combined AS (
     SELECT *,
-        -- what clock leaves, then SM and DRAM scaled down together if they over-explain it
+        -- what clock leaves, then SM and DRAM saturation scaled down together if they over-explain it
         (1 + s) / (1 + e_clock) - 1 AS r1,
         (1 + e_sm) * (1 + e_dram) - 1 AS sd
     FROM factors
@@ -89,16 +96,19 @@ WITH base AS (
     SELECT *,
         CASE WHEN sd > greatest(r1, 0) AND sd > 0 THEN greatest(r1, 0) / sd ELSE 1 END AS k
     FROM combined
+), rest AS (
+    SELECT *, (1 + r1) / ((1 + e_sm * k) * (1 + e_dram * k)) - 1 AS r2 FROM scaled
 ), parts AS (
     SELECT *,
-        e_sm * k AS e_sm2, e_dram * k AS e_dram2,
-        CASE WHEN cache_evidence THEN greatest(0, (1 + r1) / ((1 + e_sm * k) * (1 + e_dram * k)) - 1) ELSE 0 END
-            AS e_cache,
-        (1 + r1) / ((1 + e_sm * k) * (1 + e_dram * k)) - 1 AS r2
-    FROM scaled
+        e_sm * k AS e_sm2,
+        (1 + e_dram * k) * (1 + CASE WHEN dram_evidence AND NOT cache_evidence THEN greatest(0, r2) ELSE 0 END) - 1
+            AS e_dram2,
+        CASE WHEN cache_evidence THEN greatest(0, r2) ELSE 0 END AS e_cache
+    FROM rest
 ), final AS (
     SELECT *,
-        CASE WHEN link_evidence AND NOT cache_evidence AND r2 > 0 AND e_sm2 + e_dram2 < 0.5 * greatest(r1, 1e-9)
+        CASE WHEN link_evidence AND NOT cache_evidence AND NOT dram_evidence AND r2 > 0
+                  AND e_sm2 + e_dram2 < 0.5 * greatest(r1, 1e-9)
              THEN r2 ELSE 0 END AS e_link,
         CASE WHEN s IS NOT NULL AND abs(ln(1 + s)) > 1e-12 THEN s / ln(1 + s) END AS to_part
     FROM parts
@@ -135,8 +145,9 @@ SELECT run_id, device_id, nvtx, name, short_name, grid, block, dynamic_smem_byte
             WHEN NOT sig THEN 'within 2x the baseline spread'
             WHEN s <= 0 THEN 'faster when overlapped'
             WHEN dram_pct_ovl IS NULL THEN 'no GPU metrics: only the SM model could be applied'
-            WHEN p_sm + p_dram + p_cache + p_clock + p_link < 0.5 * s THEN 'no factor reaches its threshold'
+            WHEN p_sm + p_dram + p_cache + p_clock + p_link < 0.5 * s
+                 AND greatest(p_sm, p_dram, p_cache, p_clock, p_link) < 0.5 * s THEN 'no factor reaches its threshold'
        END AS reason,
        dram_pct_iso, dram_pct_ovl, gpc_clock_mhz_iso, gpc_clock_mhz_ovl, sm_active_pct_iso, sm_active_pct_ovl,
-       nvlink_pct_ovl, pcie_pct_ovl
+       nvlink_pct_ovl, pcie_pct_ovl, co_dram_pct
 FROM attributed

@@ -113,7 +113,7 @@ KERNEL_COLUMNS = """run_id, device_id, nvtx, name, short_name, grid, block, dyna
     n_isolated, t0_ns, t0_spread, t1_ns, slowdown, in_overlap_slowdown, overlap_fraction, comm_fraction, sm_share,
     comm_sm_share, corunner_kind, corunner_sms, occupancy, sm_predicted, sm, dram_bw, cache, clock, link, residual,
     class, significant, reason, dram_pct_iso, dram_pct_ovl, gpc_clock_mhz_iso, gpc_clock_mhz_ovl, sm_active_pct_iso,
-    sm_active_pct_ovl, nvlink_pct_ovl, pcie_pct_ovl"""
+    sm_active_pct_ovl, nvlink_pct_ovl, pcie_pct_ovl, co_dram_pct"""
 
 
 def attribute(inputs: list[str | Path] | str | Path, *, baseline: str | Path | None = None,

@@ -9,14 +9,23 @@ from __future__ import annotations
 
 import re
 from importlib import resources
+from pathlib import Path
 
 import duckdb
 
 HEADER_COLUMN = re.compile(r"^--\s+(\w+)\s+([A-Z][A-Z0-9_\[\]]*(?:\([^)]*\))?)\s*(.*)$")
 
 
+def bundled_dir(package: str, source_dir: str):
+    """An installed data package (``traceql.queries``…), or its folder when running from a checkout."""
+    try:
+        return resources.files(f"traceql.{package}")
+    except ModuleNotFoundError:
+        return Path(__file__).resolve().parent.parent / source_dir
+
+
 def query_files() -> list[tuple[str, str]]:
-    root = resources.files("traceql.queries")
+    root = bundled_dir("queries", "queries")
     files = sorted((p.name, p.read_text()) for p in root.iterdir() if p.name.endswith(".sql"))
     return sorted(files, key=lambda f: (not f[0].startswith("_"), f[0]))
 

@@ -92,6 +92,7 @@ def connect(run_dirs: Sequence[str | Path] | str | Path, con: duckdb.DuckDBPyCon
     if not run_dirs:
         raise BadInputError("no run directory given")
     con = con or duckdb.connect()
+    con.execute("SET enable_progress_bar = false")
     files: dict[str, list[Path]] = {t: [] for t in schema.TABLES}
     for d in map(Path, run_dirs):
         for table in schema.TABLES:

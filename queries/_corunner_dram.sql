@@ -1,0 +1,33 @@
+-- _corunner_dram: per compute kernel instance, the DRAM bandwidth its co-runners use when they run alone,
+-- averaged over the time they overlap it (the demand they bring, before any interference).
+-- columns:
+--   run_id          VARCHAR  run
+--   global_pid      BIGINT   launching process
+--   correlation_id  BIGINT   launch correlation id
+--   own_dram_pct    DOUBLE   the kernel's own isolated DRAM rate (% of peak)
+--   co_dram_pct     DOUBLE   co-runners' isolated DRAM rate while overlapping it (% of peak)
+WITH edges AS (
+    SELECT run_id, device_id, start_ns AS t, dram_pct AS d FROM _activity_dram
+    UNION ALL
+    SELECT run_id, device_id, end_ns AS t, -dram_pct AS d FROM _activity_dram
+), deltas AS (
+    SELECT run_id, device_id, t, sum(d) AS d FROM edges GROUP BY ALL
+), levels AS (
+    SELECT run_id, device_id, t, sum(d) OVER w AS rate,
+           coalesce(lead(t) OVER (PARTITION BY run_id, device_id ORDER BY t) - t, 0) AS len
+    FROM deltas
+    WINDOW w AS (PARTITION BY run_id, device_id ORDER BY t ROWS UNBOUNDED PRECEDING)
+), cum AS (
+    SELECT run_id, device_id, t,
+           coalesce(sum(len * rate) OVER (PARTITION BY run_id, device_id ORDER BY t
+                                          ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS r
+    FROM levels
+)
+SELECT o.run_id, o.global_pid, o.correlation_id, a.dram_pct AS own_dram_pct,
+       CASE WHEN o.overlap_ns > 0
+            THEN greatest(0, (ce.r - cs.r) - a.dram_pct * o.dur_ns) / o.overlap_ns END AS co_dram_pct
+FROM kernel_overlap o
+JOIN _activity_dram a ON a.run_id = o.run_id AND a.global_pid = o.global_pid AND a.correlation_id = o.correlation_id
+     AND a.start_ns = o.start_ns
+JOIN cum cs ON cs.run_id = o.run_id AND cs.device_id = o.device_id AND cs.t = o.start_ns
+JOIN cum ce ON ce.run_id = o.run_id AND ce.device_id = o.device_id AND ce.t = o.end_ns

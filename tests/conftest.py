@@ -1,0 +1,134 @@
+"""Shared fixtures: each real trace is ingested once per session into a temporary run directory.
+
+Helpers:
+- ``run_cli(*args)`` runs ``python -m traceql.cli ARGS`` in a subprocess: (rc, stdout, stderr).
+- ``require_nsys`` (fixture) / ``@pytest.mark.nsys`` (marker): the test needs an nsys executable;
+  without one it is skipped, or fails when ``TRACEQL_REQUIRE_NSYS=1`` (as in CI).
+"""
+
+from __future__ import annotations
+
+import lzma
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import traceql
+from traceql.errors import NsysNotFoundError
+from traceql.nsys.locate import find_nsys
+
+DATA = Path(__file__).parent / "data"
+H200 = DATA / "h200"
+NSYS2022 = DATA / "nsys2022"
+REPO = Path(__file__).resolve().parent.parent
+
+
+def run_cli(*args: str | os.PathLike, env: dict[str, str] | None = None, cwd: str | os.PathLike | None = None,
+            timeout: float = 120) -> tuple[int, str, str]:
+    """Run ``python -m traceql.cli ARGS``; return (exit code, stdout, stderr)."""
+    proc = subprocess.run([sys.executable, "-m", "traceql.cli", *map(str, args)], capture_output=True, text=True,
+                          env=env, cwd=cwd, timeout=timeout)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def _nsys_or_skip() -> str:
+    try:
+        return find_nsys()
+    except NsysNotFoundError as exc:
+        if os.environ.get("TRACEQL_REQUIRE_NSYS") == "1":
+            pytest.fail(f"TRACEQL_REQUIRE_NSYS=1 but no nsys: {exc}")
+        pytest.skip(f"no nsys executable ({exc})")
+
+
+@pytest.fixture(scope="session")
+def require_nsys() -> str:
+    """Path of an nsys executable; skip (or fail with TRACEQL_REQUIRE_NSYS=1) when there is none."""
+    return _nsys_or_skip()
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.get_closest_marker("nsys"):
+        _nsys_or_skip()
+
+
+# -- raw exports, read independently of traceql ------------------------------------------------
+
+@pytest.fixture(scope="session")
+def raw_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("raw")
+
+
+def _decompressed(raw_dir: Path, name: str) -> Path:
+    dest = raw_dir / f"{name}.sqlite"
+    if not dest.exists():
+        with lzma.open(H200 / f"{name}.sqlite.xz") as src, open(dest, "wb") as dst:
+            shutil.copyfileobj(src, dst)
+        dest.chmod(0o444)  # the tests only read it
+    return dest
+
+
+@pytest.fixture(scope="session")
+def overlap_sqlite(raw_dir) -> Path:
+    """tests/data/h200/overlap.sqlite.xz, decompressed with Python's lzma."""
+    return _decompressed(raw_dir, "overlap")
+
+
+@pytest.fixture(scope="session")
+def contention_sqlite(raw_dir) -> Path:
+    return _decompressed(raw_dir, "contention")
+
+
+def raw_query(db: Path, sql: str, params: tuple = ()) -> list[tuple]:
+    """Query an nsys SQLite export directly with Python's sqlite3 (read-only)."""
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        return con.execute(sql, params).fetchall()
+    finally:
+        con.close()
+
+
+# -- ingested runs (one per trace per session) --------------------------------------------------
+
+def _ingest(tmp_path_factory, name: str, trace: Path, **kwargs) -> Path:
+    out = tmp_path_factory.mktemp(name) / "run"
+    infos = traceql.ingest(trace, out, **kwargs)
+    assert len(infos) == 1 and not infos[0].already
+    return out
+
+
+@pytest.fixture(scope="session")
+def overlap_run(tmp_path_factory) -> Path:
+    return _ingest(tmp_path_factory, "overlap", H200 / "overlap.sqlite.xz")
+
+
+@pytest.fixture(scope="session")
+def contention_sqlite_run(tmp_path_factory) -> Path:
+    return _ingest(tmp_path_factory, "contention_sqlite", H200 / "contention.sqlite.xz")
+
+
+@pytest.fixture(scope="session")
+def contention_parquet_run(tmp_path_factory) -> Path:
+    return _ingest(tmp_path_factory, "contention_parquet", H200 / "contention_parquetdir")
+
+
+@pytest.fixture(scope="session")
+def train_ddp_run(tmp_path_factory) -> Path:
+    return _ingest(tmp_path_factory, "train_ddp", H200 / "train_ddp.sqlite.xz")
+
+
+@pytest.fixture(scope="session")
+def cpu_nvtx_run(tmp_path_factory) -> Path:
+    return _ingest(tmp_path_factory, "cpu_nvtx", NSYS2022 / "cpu_nvtx.sqlite", require_kernels=False)
+
+
+@pytest.fixture(scope="session")
+def overlap_con(overlap_run):
+    """DuckDB connection over the overlap run's tables (without the analysis views of queries/)."""
+    con = traceql.connect(overlap_run, views=False)
+    yield con
+    con.close()

@@ -1,0 +1,229 @@
+"""The run store: idempotent ingest, several runs in one directory, metadata, and `traceql sql` output formats."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import shutil
+import zipfile
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from conftest import H200, NSYS2022, REPO, raw_query, run_cli
+
+import traceql
+from traceql import schema
+
+CPU_NVTX = NSYS2022 / "cpu_nvtx.sqlite"
+
+
+def _stat_all(root: Path) -> dict[str, int]:
+    return {str(p.relative_to(root)): p.stat().st_mtime_ns for p in root.rglob("*") if p.is_file()}
+
+
+def test_reingest_is_idempotent(tmp_path):
+    out = tmp_path / "run"
+    (first,) = traceql.ingest(CPU_NVTX, out, require_kernels=False)
+    assert not first.already
+    before = _stat_all(out)
+    manifest = (out / "manifest.json").read_bytes()
+    (second,) = traceql.ingest(CPU_NVTX, out, require_kernels=False)
+    assert second.already and second.run_id == first.run_id
+    assert second.tables == first.tables and second.tables["nvtx"] == 19
+    assert _stat_all(out) == before
+    assert (out / "manifest.json").read_bytes() == manifest
+    # The CLI says so too.
+    rc, stdout, stderr = run_cli("ingest", CPU_NVTX, "-o", out, "--allow-no-kernels")
+    assert rc == 0, stderr
+    assert "already ingested" in stderr and first.run_id in stderr
+    assert _stat_all(out) == before
+
+
+def test_run_id_is_sha256_prefix(tmp_path):
+    import hashlib
+
+    (info,) = traceql.ingest(CPU_NVTX, tmp_path / "run", require_kernels=False)
+    digest = hashlib.sha256(CPU_NVTX.read_bytes()).hexdigest()
+    assert (info.sha256, info.run_id) == (digest, digest[:16])
+    assert sorted(p.name for p in (tmp_path / "run" / "runs").iterdir()) == [digest[:16]]
+
+
+@pytest.fixture(scope="module")
+def two_run_store(tmp_path_factory) -> tuple[Path, dict[str, str]]:
+    out = tmp_path_factory.mktemp("two") / "run"
+    infos = traceql.ingest([CPU_NVTX, H200 / "contention.sqlite.xz"], out, require_kernels=False)
+    return out, {Path(i.source_path).name: i.run_id for i in infos}
+
+
+def test_two_traces_in_one_run_dir(two_run_store, contention_sqlite):
+    out, ids = two_run_store
+    assert len(set(ids.values())) == 2
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert set(manifest["runs"]) == set(ids.values())
+    con = traceql.connect(out, views=False)
+    runs = dict(con.execute("SELECT run_id, format FROM runs").fetchall())
+    assert runs == {ids["cpu_nvtx.sqlite"]: "nsys-sqlite", ids["contention.sqlite.xz"]: "nsys-sqlite"}
+    (raw_kernels,) = raw_query(contention_sqlite, "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL")[0]
+    (raw_nvtx,) = raw_query(contention_sqlite, "SELECT count(*) FROM NVTX_EVENTS WHERE eventType = 59")[0]
+    assert dict(con.execute("SELECT run_id, count(*) FROM kernels GROUP BY 1").fetchall()) == {
+        ids["contention.sqlite.xz"]: raw_kernels}
+    assert dict(con.execute("SELECT run_id, count(*) FROM nvtx GROUP BY 1").fetchall()) == {
+        ids["cpu_nvtx.sqlite"]: 19, ids["contention.sqlite.xz"]: raw_nvtx}
+    assert con.execute("SELECT count(*) FROM processes").fetchone()[0] == 72 + 307
+    # Two run directories at once: the same rows again, still tagged by run.
+    con2 = traceql.connect([out, out], views=False)
+    assert con2.execute("SELECT count(DISTINCT run_id), count(*) FROM runs").fetchone() == (2, 4)
+
+
+def test_connect_ignores_leftovers(tmp_path, two_run_store):
+    out = tmp_path / "run"
+    shutil.copytree(two_run_store[0], out)
+    con = traceql.connect(out, views=False)
+    before = {t: con.execute(f'SELECT count(*) FROM "{t}"').fetchone()[0] for t in schema.TABLES}
+    # An interrupted ingest: a .tmp-* folder with complete-looking files, and a run folder the manifest lacks.
+    for leftover in (out / ".tmp-0123456789abcdef-x1y2", out / "runs" / "0123456789abcdef"):
+        shutil.copytree(next((out / "runs").iterdir()), leftover)
+        (leftover / "junk.parquet").write_bytes(b"not parquet")
+    con = traceql.connect(out, views=False)
+    after = {t: con.execute(f'SELECT count(*) FROM "{t}"').fetchone()[0] for t in schema.TABLES}
+    assert after == before
+    assert before["runs"] == 2 and before["kernels"] > 0
+
+
+def test_every_parquet_file_carries_schema_version(two_run_store):
+    out, ids = two_run_store
+    for run_id in ids.values():
+        files = sorted((out / "runs" / run_id).glob("*.parquet"))
+        assert sorted(f.stem for f in files) == sorted(schema.TABLES)
+        for f in files:
+            meta = pq.read_schema(f).metadata
+            assert meta[b"traceql.schema_version"] == str(schema.SCHEMA_VERSION).encode() == b"1", f
+            assert meta[b"traceql.table"] == f.stem.encode(), f
+            assert pq.read_schema(f).remove_metadata() == schema.TABLES[f.stem], f
+            assert set(pq.read_table(f, columns=["run_id"]).column("run_id").to_pylist()) <= {run_id}
+
+
+# -- traceql sql ----------------------------------------------------------------------------------------
+
+COUNT = "SELECT count(*) AS n FROM kernels"
+
+
+@pytest.fixture(scope="module")
+def raw_kernel_count(overlap_sqlite) -> int:
+    return raw_query(overlap_sqlite, "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL")[0][0]
+
+
+def test_sql_json(overlap_run, raw_kernel_count):
+    rc, stdout, stderr = run_cli("sql", overlap_run, COUNT, "--format", "json")
+    assert rc == 0, stderr
+    assert json.loads(stdout) == [{"n": raw_kernel_count}]
+
+
+def test_sql_query_option(overlap_run, raw_kernel_count):
+    rc, stdout, stderr = run_cli("sql", overlap_run, "-q", COUNT, "-f", "json")
+    assert rc == 0, stderr
+    assert json.loads(stdout) == [{"n": raw_kernel_count}]
+
+
+def test_sql_csv(overlap_run, overlap_sqlite):
+    rc, stdout, stderr = run_cli("sql", overlap_run, "SELECT device_id, count(*) AS n, 'a,b' AS s FROM kernels "
+                                                     "GROUP BY 1 ORDER BY 1", "--format", "csv")
+    assert rc == 0, stderr
+    rows = list(csv.DictReader(io.StringIO(stdout)))
+    raw = raw_query(overlap_sqlite, "SELECT deviceId, count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL GROUP BY 1 ORDER BY 1")
+    assert [(int(r["device_id"]), int(r["n"]), r["s"]) for r in rows] == [(d, n, "a,b") for d, n in raw]
+
+
+def test_sql_parquet(overlap_run, tmp_path, raw_kernel_count):
+    dest = tmp_path / "out.parquet"
+    rc, stdout, stderr = run_cli("sql", overlap_run, COUNT, "--format", "parquet", "-o", dest)
+    assert rc == 0, stderr
+    assert pq.read_table(dest).to_pylist() == [{"n": raw_kernel_count}]
+    rc, _, stderr = run_cli("sql", overlap_run, COUNT, "--format", "parquet")
+    assert rc == 2 and "-o" in stderr and "Traceback" not in stderr
+
+
+def test_sql_output_file(overlap_run, tmp_path, raw_kernel_count):
+    dest = tmp_path / "out.json"
+    rc, stdout, stderr = run_cli("sql", overlap_run, COUNT, "--format", "json", "-o", dest)
+    assert rc == 0, stderr
+    assert json.loads(dest.read_text()) == [{"n": raw_kernel_count}]
+
+
+def test_sql_table(overlap_run, raw_kernel_count):
+    rc, stdout, stderr = run_cli("sql", overlap_run, "SELECT count(*) AS kernel_count FROM kernels")
+    assert rc == 0, stderr
+    assert "kernel_count" in stdout
+    assert f" {raw_kernel_count} " in stdout
+
+
+def test_sql_table_many_rows(overlap_run, raw_kernel_count):
+    rc, stdout, stderr = run_cli("sql", overlap_run, "SELECT start_ns FROM kernels")
+    assert rc == 0, stderr
+    assert f"({raw_kernel_count} rows, 200 shown" in stdout
+
+
+def test_sql_bad_query_and_format(overlap_run):
+    rc, _, stderr = run_cli("sql", overlap_run, "SELECT * FROM no_such_table")
+    assert rc == 2 and "no_such_table" in stderr and "Traceback" not in stderr
+    rc, _, stderr = run_cli("sql", overlap_run, COUNT, "--format", "xml")
+    assert rc == 2 and "xml" in stderr and "Traceback" not in stderr
+
+
+def test_schema_lists_every_table():
+    rc, stdout, stderr = run_cli("schema")
+    assert rc == 0, stderr
+    listed = {line.split(":", 1)[0] for line in stdout.splitlines() if line and not line.startswith(" ")}
+    assert listed == set(schema.TABLES)
+    for name, sch in schema.TABLES.items():
+        block = stdout.split(f"{name}:", 1)[1]
+        for f in sch:
+            assert f.name in block
+
+
+@pytest.mark.parametrize("args", [["ingest", "x.sqlite"], ["sql"], ["no-such-command"], ["ingest", "--bogus"]])
+def test_usage_errors_exit_2_without_traceback(args):
+    rc, _, stderr = run_cli(*args)
+    assert rc == 2 and "Traceback" not in stderr, stderr
+
+
+def test_version_flag():
+    rc, stdout, stderr = run_cli("--version")
+    assert (rc, stdout.strip()) == (0, traceql.__version__), stderr
+
+
+# -- packaging --------------------------------------------------------------------------------------------
+
+def test_wheel_ships_queries_and_collectors(tmp_path):
+    """`pip wheel .` must ship the traceql.queries package (with every .sql file) and the collectors."""
+    import subprocess
+    import sys
+
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, src / name)
+    for name in ("traceql", "queries", "collectors", "recipes"):
+        shutil.copytree(REPO / name, src / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    dist = tmp_path / "dist"
+    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", str(src), "--no-deps", "-w", str(dist), "-q"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    (wheel,) = dist.glob("traceql-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    assert "traceql/queries/__init__.py" in names
+    assert "traceql/collectors/overlap.py" in names
+    assert "traceql/nsys/adapter.py" in names
+    sql_files = {f"traceql/queries/{p.name}" for p in (REPO / "queries").glob("*.sql")}
+    assert sql_files <= names
+    entry_points = next(n for n in names if n.endswith("entry_points.txt"))
+    assert "traceql = traceql.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
+
+
+def test_arrow_types_roundtrip_through_duckdb(overlap_con):
+    """The views keep the declared types (int64 ns, int32 ids, the labels map)."""
+    got = overlap_con.sql("SELECT * FROM nvtx LIMIT 0").to_arrow_table()
+    want = schema.TABLES["nvtx"]
+    assert [(f.name, f.type) for f in got.schema] == [(f.name, f.type) for f in want]
