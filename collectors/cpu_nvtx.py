@@ -10,6 +10,12 @@ text is ``<script>alert(1)</script> & co`` (for HTML-escaping tests). Every rang
 default NVTX domain. Runs about 0.5 s in total (0.15 s of ranges, then a 0.3 s linger).
 Worker OS threads are named ``cpu_nvtx_0`` / ``cpu_nvtx_1``.
 
+Options for testing ``traceql collect`` (the defaults change nothing above):
+``--exit-code N`` exits with N after the ranges; ``--hold S`` stays alive S seconds after them
+(to be cut short by ``--timeout`` or Ctrl-C); ``--child-pidfile PATH`` starts a child that
+ignores SIGINT and SIGTERM and sleeps (so it would outlive the program), and once the ranges
+are done writes ``PROGRAM_PID CHILD_PID`` to PATH.
+
 Compatibility note: recent ``nvtx`` wheels (seen with 0.2.17) ask the attached tool
 ``nvtxDomainIsEnabled``; Nsight Systems 2022.4 answers "disabled", so ``nvtx.get_domain()``
 hands back a no-op ``DummyDomain`` and the report holds no ranges at all (compare
@@ -20,8 +26,11 @@ push_range/pop_range/mark on it, which records fine in 2022.4.
 
 from __future__ import annotations
 
+import argparse
 import ctypes
 import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -34,6 +43,10 @@ STEP_S = 0.03  # per step: 0.5*STEP_S outer + STEP_S inner busy time (~0.15 s of
 # threads that exit too soon get no ThreadNames row. Keep the workers alive a little longer.
 LINGER_S = 0.3
 ESCAPE_TEXT = "<script>alert(1)</script> & co"
+CHILD_SRC = ("import signal, time\n"
+             "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+             "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+             "time.sleep(600)\n")
 
 
 def _default_domain():
@@ -86,7 +99,13 @@ def worker(thread_idx: int, barrier: threading.Barrier) -> None:
     time.sleep(LINGER_S)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--exit-code", type=int, default=0, help="exit with this code after the ranges")
+    p.add_argument("--hold", type=float, default=0.0, help="seconds to stay alive after the ranges")
+    p.add_argument("--child-pidfile", help="start a child that ignores SIGINT/SIGTERM; write both pids here")
+    args = p.parse_args(argv)
+    child = subprocess.Popen([sys.executable, "-c", CHILD_SRC]) if args.child_pidfile else None
     barrier = threading.Barrier(THREADS)
     threads = [
         threading.Thread(target=worker, args=(i, barrier), name=f"cpu_nvtx_{i}")
@@ -96,7 +115,14 @@ def main() -> None:
         t.start()
     for t in threads:
         t.join()
+    if args.child_pidfile:
+        tmp = f"{args.child_pidfile}.tmp"
+        with open(tmp, "w") as f:
+            f.write(f"{os.getpid()} {child.pid}\n")
+        os.replace(tmp, args.child_pidfile)  # readers never see half a file
+    time.sleep(args.hold)
+    return args.exit_code
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

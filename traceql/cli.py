@@ -40,7 +40,8 @@ def _main(version: Annotated[bool, typer.Option("--version", help="Print the ver
 
 @app.command()
 def ingest(
-    traces: Annotated[list[Path], typer.Argument(help="nsys .sqlite exports, parquetdir exports or .nsys-rep reports.",
+    traces: Annotated[list[Path], typer.Argument(help="nsys .sqlite exports, parquetdir exports, .nsys-rep reports or "
+                                                      "Nsight Compute .ncu-rep reports (also .xz).",
                                                  show_default=False)],
     out: Annotated[Path, typer.Option("-o", "--out", help="Run directory to create or add to.")],
     allow_no_kernels: Annotated[bool, typer.Option(help="Ingest traces without CUDA kernels (NVTX/OS data only).")]
@@ -49,7 +50,7 @@ def ingest(
     jobs: Annotated[int, typer.Option("-j", "--jobs", help="Traces ingested in parallel.")] = 1,
     on_error: OnError = "raise",
 ) -> None:
-    """Normalize Nsight Systems exports into a run directory of Parquet tables (schema v1)."""
+    """Normalize Nsight Systems exports and Nsight Compute reports into a run directory of Parquet tables (v1)."""
     from .ingest import ingest as do_ingest
 
     labels = _parse_labels(label)
@@ -64,6 +65,8 @@ def ingest(
         state = "already ingested" if result.already else "ingested"
         counts = ", ".join(f"{k} {v}" for k, v in sorted(result.tables.items()) if k != "runs" and v)
         typer.echo(f"{state} {trace} as run {result.run_id} ({counts})", err=True)
+        for warning in result.warnings:
+            _err(f"warning: {warning}")
 
     do_ingest(traces, out, require_kernels=not allow_no_kernels, labels=labels, jobs=jobs, on_error=on_error,
               progress=progress)
@@ -137,15 +140,19 @@ def attribute(
 def collect(
     cmd: Annotated[list[str], typer.Argument(help="The program and its arguments, after --.", show_default=False)],
     out: Annotated[Path, typer.Option("-o", "--out", help="Run store to add the run to.")] = Path("traceql-runs"),
-    name: Annotated[str | None, typer.Option(help="Report name (default: run-DATE-TIME).")] = None,
+    name: Annotated[str | None, typer.Option(help="Report name (default: run-DATE-TIME); %q{VAR} and %h expand "
+                                                  "as in nsys -o, e.g. rank%q{SLURM_PROCID}.")] = None,
     gpu_metrics: Annotated[bool, typer.Option(help="Sample GPU metrics (SMs, DRAM, clocks, links) at 10 kHz.")]
     = False,
     power: Annotated[bool, typer.Option(help="Sample NVML power, energy, clocks and throttle reasons every 15 ms.")]
     = False,
     ncu: Annotated[bool, typer.Option(help="Run Nsight Compute instead (isolated-kernel counters).")] = False,
     nsys_args: Annotated[str, typer.Option(help="Extra nsys profile flags, as one string.")] = "",
+    ncu_args: Annotated[str, typer.Option(help="--ncu: extra ncu flags, as one string, e.g. "
+                                               "'--launch-skip 20 --launch-count 50'.")] = "",
     timeout: Annotated[float | None, typer.Option(help="End the program after this many seconds.")] = None,
-    kernels: Annotated[str | None, typer.Option(help="--ncu: profile kernels matching this regex.")] = None,
+    kernels: Annotated[str | None, typer.Option(help="--ncu: profile kernels whose function name matches this "
+                                                     "regex (collectives are never profiled).")] = None,
     nvtx_include: Annotated[str | None, typer.Option(help="--ncu: only kernels inside this NVTX range, "
                                                           "e.g. 'profile/'.")] = None,
     clock_control: Annotated[str, typer.Option(help="--ncu: ncu --clock-control (none keeps the GPU's own clocks).")]
@@ -155,6 +162,8 @@ def collect(
     """Run a program under Nsight Systems (or Nsight Compute) and ingest the result.
 
     traceql collect --gpu-metrics -- torchrun --nproc-per-node 8 train.py
+
+    Exit code: the program's; 124 if --timeout ended it, 130 on Ctrl-C (report kept); 2 bad input.
     """
     import shlex
 
@@ -163,6 +172,7 @@ def collect(
     result = do_collect(cmd, out, name=name, gpu_metrics=gpu_metrics, power=power, ncu=ncu,
                         nsys_args=shlex.split(nsys_args), timeout=timeout, labels=_parse_labels(label),
                         kernels_regex=kernels, nvtx_include=nvtx_include, clock_control=clock_control,
+                        ncu_args=shlex.split(ncu_args),
                         log=lambda line: typer.echo(line, err=True))
     for msg in result.messages:
         _err(msg)

@@ -8,26 +8,42 @@ whole group is ended, whatever report nsys wrote is kept, and traceql says what 
 from __future__ import annotations
 
 import datetime as dt
+import importlib.util
 import os
 import re
+import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
-import time
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 
+from . import proctree, store
 from .errors import BadInputError, NsysNotFoundError, TraceqlError, UsageError
-from .nsys.locate import find_nsys, nsys_version
+from .ncu.derive import FLOP_OPS, SASS_COUNT
+from .nsys.locate import INSTALL_GLOBS, candidates, find_nsys, nsys_version
 
-ENV_RECORDED = re.compile(r"^(NCCL_|CUDA_|TORCH_|NVSHMEM_|OMP_NUM_THREADS$|WORLD_SIZE$|LOCAL_WORLD_SIZE$|MASTER_)")
+ENV_RECORDED = re.compile(r"^(NCCL_|CUDA_|TORCH_|NVSHMEM_|OMP_NUM_THREADS$|WORLD_SIZE$|LOCAL_WORLD_SIZE$|MASTER_"
+                          r"|RANK$|LOCAL_RANK$|SLURM_(JOB_ID|PROCID|NODEID|NNODES)$)")
 TOO_OLD = "Unknown runtime API function"
-NCU_METRICS = ("dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sector_hit_rate.pct,"
-               "sm__throughput.avg.pct_of_peak_sustained_elapsed,gpu__time_duration.sum,"
-               "sm__warps_active.avg.pct_of_peak_sustained_active,launch__occupancy_limit_blocks")
+EXIT_TIMEOUT = 124  # as coreutils timeout(1)
+EXIT_INTERRUPTED = 130  # 128 + SIGINT
+# Nsight Compute preset: the sections traceql.ncu derives its columns from, plus by name the metrics attribution
+# needs most and the SASS floating-point counters that FLOP counts come from (see traceql/ncu/derive.py).
 NCU_SECTIONS = ("SpeedOfLight", "LaunchStats", "Occupancy", "MemoryWorkloadAnalysis", "ComputeWorkloadAnalysis")
+NCU_METRICS = ("gpu__time_duration.sum", "sm__throughput.avg.pct_of_peak_sustained_elapsed", "dram__bytes_read.sum",
+               "dram__bytes_write.sum", "lts__t_sector_hit_rate.pct", "l1tex__t_sector_hit_rate.pct",
+               "sm__warps_active.avg.pct_of_peak_sustained_active", "sm__maximum_warps_per_active_cycle_pct",
+               "launch__occupancy_limit_blocks", "launch__waves_per_multiprocessor",
+               *(SASS_COUNT.format(op=op) for op in FLOP_OPS))
+NCU_CLOCK_CONTROLS = ("none", "base", "reset")
+# Never profiled: collectives (and kernels that wait on peers) hang under kernel replay, which replays one
+# rank's kernel while its peers wait elsewhere. Prefixes of function names, then substrings anywhere.
+NCU_EXCLUDE = (r"^(?!(?:nccl|rccl|nvshmem|mscclpp)"
+               r"|.*(?:symm_?mem|symmetric_mem|multimem|deep_?ep|cross_device_reduce|all_?reduce))")
 
 
 class ProgramFailedError(TraceqlError, RuntimeError):
@@ -53,22 +69,30 @@ def gpus_present() -> bool:
     return out.returncode == 0 and "GPU" in out.stdout
 
 
-def nsys_flags(version: tuple[int, ...], gpu_metrics: bool, have_gpu: bool) -> list[str]:
-    """Flags that fit this nsys: CUDA + NVTX + OS runtime, graph nodes, GPU metrics on the GPUs in use."""
-    flags = ["-t", "cuda,nvtx,osrt" if have_gpu else "nvtx,osrt", "-s", "none", "--cpuctxsw=none",
-             "--force-overwrite=true"]
+def nsys_flags(version: tuple[int, ...], gpu_metrics: bool, have_gpu: bool,
+               user_args: list[str] | tuple[str, ...] = ()) -> list[str]:
+    """Flags that fit this nsys: CUDA + NVTX + OS runtime, graph nodes, GPU metrics on the GPUs in use.
+
+    An option that ``user_args`` (``--nsys-args``) sets replaces traceql's: nsys refuses an option given twice.
+    """
+    groups = [(("-t", "--trace"), ["-t", "cuda,nvtx,osrt" if have_gpu else "nvtx,osrt"]),
+              (("-s", "--sample"), ["-s", "none"]),
+              (("--cpuctxsw",), ["--cpuctxsw=none"]),
+              (("-f", "--force-overwrite"), ["--force-overwrite=true"])]
     if have_gpu and version >= (2023, 3):
-        flags.append("--cuda-graph-trace=node")
+        groups.append((("--cuda-graph-trace",), ["--cuda-graph-trace=node"]))
     if gpu_metrics:
         visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").strip()
         devices = visible if visible and all(p.strip().isdigit() for p in visible.split(",")) else "all"
         # 2023.2 renamed the singular option; both take a list or "all"
-        flags.append(f"--gpu-metrics-devices={devices}" if version >= (2023, 2) else f"--gpu-metrics-device={devices}")
-    return flags
+        option = "--gpu-metrics-devices" if version >= (2023, 2) else "--gpu-metrics-device"
+        groups.append((("--gpu-metrics-devices", "--gpu-metrics-device"), [f"{option}={devices}"]))
+    given = {a.split("=", 1)[0] for a in user_args if a.startswith("-")}
+    return [tok for names, toks in groups if not given & set(names) for tok in toks]
 
 
 def environment_labels(cmd: list[str]) -> dict[str, str]:
-    labels = {"command": " ".join(cmd), "collected_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}
+    labels = {"command": shlex.join(cmd), "collected_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}
     labels.update({f"env.{k}": v for k, v in sorted(os.environ.items()) if ENV_RECORDED.match(k)})
     for pkg in ("torch", "nvidia-nccl-cu12", "nvidia-nccl-cu13", "jax"):
         try:
@@ -88,78 +112,95 @@ def environment_labels(cmd: list[str]) -> dict[str, str]:
 
 
 def _run_group(cmd: list[str], timeout: float | None, log) -> tuple[int, str, bool]:
-    """Run ``cmd`` in its own process group; on Ctrl-C or timeout end the group, letting nsys finish its report."""
-    proc = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            bufsize=1)
-    tail: list[str] = []
-    interrupted = False
-    deadline = None if timeout is None else time.monotonic() + timeout
+    """Run ``cmd`` in its own session; on Ctrl-C or timeout end it and all it started, letting it finish its report."""
+    outcome = proctree.run(cmd, timeout, log)
+    return outcome.returncode, outcome.tail, outcome.ended_by is not None
 
-    def end_group() -> None:
-        # SIGINT first: nsys stops the program and still writes what it collected
-        for sig, grace in ((signal.SIGINT, 120), (signal.SIGTERM, 20), (signal.SIGKILL, 5)):
-            try:
-                os.killpg(proc.pid, sig)
-            except ProcessLookupError:
-                return
-            try:
-                proc.wait(grace)
-                return
-            except subprocess.TimeoutExpired:
-                continue
 
-    import threading
+def _find_nsys() -> str:
+    """nsys, as :func:`find_nsys` finds it; but a TRACEQL_NSYS that names no executable is an error, not skipped."""
+    env = os.environ.get("TRACEQL_NSYS")
+    if env and not (os.path.isfile(env) and os.access(env, os.X_OK)):
+        others = [c for c in candidates()[1:] if os.path.isfile(c) and os.access(c, os.X_OK)]
+        where = f"looked there first, then on PATH and in {', '.join(INSTALL_GLOBS)}: "
+        where += f"found {others[0]}, used once TRACEQL_NSYS is unset" if others else "no nsys there either"
+        raise NsysNotFoundError(f"TRACEQL_NSYS={env} is not an executable file ({where}); set TRACEQL_NSYS to "
+                                "an nsys executable, e.g. /opt/nvidia/nsight-systems/VERSION/bin/nsys, or unset it")
+    return find_nsys()
 
-    def pump() -> None:
-        for line in proc.stdout:
-            log(line.rstrip("\n"))
-            tail.append(line)
-            del tail[:-200]
 
-    reader = threading.Thread(target=pump, daemon=True)
-    reader.start()
-    try:
-        while proc.poll() is None:
-            if deadline is not None and time.monotonic() > deadline:
-                interrupted = True
-                log(f"traceql: --timeout of {timeout:g} s reached; ending the program's process group")
-                end_group()
-                break
-            time.sleep(0.2)
-    except KeyboardInterrupt:
-        interrupted = True
-        log("traceql: interrupted; ending the program's process group and keeping what nsys wrote")
-        end_group()
-    reader.join(5)
-    return proc.wait(), "".join(tail), interrupted
+def _check_program(cmd: list[str]) -> None:
+    prog = cmd[0]
+    if os.sep in prog:
+        path = Path(prog)
+        if not path.exists():
+            raise BadInputError(f"{prog}: no such file; check the program after `--`")
+        if path.is_dir() or not os.access(path, os.X_OK):
+            raise BadInputError(f"{prog}: not an executable file; run it through its interpreter "
+                                f"(`traceql collect -- python3 {prog}`) or make it executable")
+    elif shutil.which(prog) is None:
+        raise BadInputError(f"{prog}: command not found on PATH; check the program after `--`")
+
+
+def report_name(name: str) -> str:
+    """``--name`` with nsys' output patterns expanded here, so that traceql knows the report's file name.
+
+    ``%q{VAR}`` becomes the environment variable (``rank%q{SLURM_PROCID}`` under srun), ``%h`` the host
+    name, ``%%`` a percent sign. ``%p`` (the program's pid, known only once nsys started it) is refused.
+    """
+    def one(m: re.Match) -> str:
+        if m.group(0) == "%%":
+            return "%"
+        if m.group(0) == "%h":
+            return socket.gethostname()
+        if m.group(1) is not None:
+            if m.group(1) not in os.environ:
+                raise UsageError(f"--name {name}: %q{{{m.group(1)}}} names a variable that is not set here")
+            return os.environ[m.group(1)]
+        raise UsageError(f"--name {name}: {m.group(0)} is not supported; use %q{{VAR}} (e.g. %q{{RANK}}), %h or %%")
+
+    expanded = re.sub(r"%q\{(\w+)\}|%.", one, name)
+    if not expanded or "/" in expanded or expanded in (".", ".."):
+        raise UsageError(f"--name {name!r}: give a file name (the folder is -o/--out)")
+    return expanded
 
 
 def collect(cmd: list[str], out: str | Path = "traceql-runs", *, name: str | None = None, gpu_metrics: bool = False,
             power: bool = False, ncu: bool = False, nsys_args: list[str] | None = None, timeout: float | None = None,
             labels: dict[str, str] | None = None, kernels_regex: str | None = None, nvtx_include: str | None = None,
-            clock_control: str = "none", log=print) -> Collection:
-    """Profile ``cmd`` and ingest the result into the run store ``out``."""
+            clock_control: str = "none", ncu_args: list[str] | None = None, log=print) -> Collection:
+    """Profile ``cmd`` and ingest the result into the run store ``out``.
+
+    The exit code is the program's (through nsys); 124 when ``timeout`` ended it, 130 on Ctrl-C.
+    """
     if not cmd:
         raise UsageError("give the program to profile after --: traceql collect -- python train.py")
-    if shutil.which(cmd[0]) is None and not Path(cmd[0]).exists():
-        raise BadInputError(f"{cmd[0]}: command not found; check the program after `--`")
+    _check_program(cmd)
+    if {a.split("=", 1)[0] for a in nsys_args or ()} & {"-o", "--output"}:
+        raise UsageError("--nsys-args must not set -o/--output: traceql names the report (use --name and --out)")
     have_gpu = gpus_present()
     if (gpu_metrics or power or ncu) and not have_gpu:
         what = "--gpu-metrics" if gpu_metrics else "--power" if power else "--ncu"
-        raise BadInputError(f"{what} needs an NVIDIA GPU, and none was found (nvidia-smi -L lists none)")
+        raise BadInputError(f"{what} needs an NVIDIA GPU, and none was found (nvidia-smi -L lists none); "
+                            f"run without {what} to collect CPU and NVTX activity only")
+    if power and importlib.util.find_spec("pynvml") is None:
+        raise BadInputError("--power samples through NVML's Python bindings, which are not installed: "
+                            "pip install nvidia-ml-py")
+    name = report_name(name) if name else dt.datetime.now().strftime("run-%Y%m%d-%H%M%S")
     out = Path(out)
     reports = out / "reports"
-    reports.mkdir(parents=True, exist_ok=True)
-    name = name or dt.datetime.now().strftime("run-%Y%m%d-%H%M%S")
-    all_labels = {**environment_labels(cmd), **(labels or {}), "name": name}
     if ncu:
-        return _collect_ncu(cmd, reports / name, timeout, kernels_regex, nvtx_include, clock_control, log)
-    nsys = find_nsys()
+        reports.mkdir(parents=True, exist_ok=True)
+        return _collect_ncu(cmd, reports / name, timeout, kernels_regex, nvtx_include, clock_control, log,
+                            labels=labels, ncu_args=ncu_args)
+    nsys = _find_nsys()
     version = nsys_version(nsys)
-    all_labels["nsys"] = ".".join(map(str, version))
+    flags = nsys_flags(version, gpu_metrics, have_gpu, nsys_args or ())
+    all_labels = {**environment_labels(cmd), **(labels or {}), "name": name, "nsys": ".".join(map(str, version))}
+    reports.mkdir(parents=True, exist_ok=True)
     base = reports / name
-    full = [nsys, "profile", *nsys_flags(version, gpu_metrics, have_gpu), *(nsys_args or []), "-o", str(base), *cmd]
-    log("traceql: " + " ".join(full))
+    full = [nsys, "profile", *flags, *(nsys_args or []), "-o", str(base), *cmd]
+    log("traceql: " + shlex.join(full))
     if not have_gpu:
         log("traceql: no NVIDIA GPU found: collecting CPU, OS runtime and NVTX activity only")
     sampler = None
@@ -167,22 +208,34 @@ def collect(cmd: list[str], out: str | Path = "traceql-runs", *, name: str | Non
     if power:
         sampler = subprocess.Popen([sys.executable, "-m", "traceql.power", str(power_file)], start_new_session=True)
     try:
-        rc, tail, interrupted = _run_group(full, timeout, log)
+        outcome = proctree.run(full, timeout, log)
     finally:
         if sampler is not None:
             sampler.send_signal(signal.SIGTERM)
-            sampler.wait(60)
+            try:
+                sampler.wait(60)
+            except subprocess.TimeoutExpired:
+                sampler.kill()
+    rc, ended_by = outcome.returncode, outcome.ended_by
+    code = {"timeout": EXIT_TIMEOUT, "interrupt": EXIT_INTERRUPTED}.get(ended_by, rc)
     report = base.with_suffix(".nsys-rep")
     messages = []
-    if TOO_OLD in tail:
+    if outcome.leftovers:
+        messages.append(f"ended {len(outcome.leftovers)} process(es) still running after nsys exited (pids "
+                        + ", ".join(map(str, outcome.leftovers)) + ")")
+    if power and not power_file.exists():
+        messages.append(f"the NVML power sampler wrote no {power_file}: the run has no power samples")
+    if TOO_OLD in outcome.tail:
         raise BadInputError(f"{nsys} ({'.'.join(map(str, version))}) is too old to trace this program's CUDA "
                             f"(\"{TOO_OLD}\"); install a newer Nsight Systems and point TRACEQL_NSYS at it")
     if not report.exists():
         partial = sorted(reports.glob(f"{name}*.qdstrm"))
         hint = f"; the raw collection was kept as {partial[0]}" if partial else ""
         raise BadInputError(f"nsys wrote no report (exit code {rc}){hint}; see its output above")
-    if interrupted:
-        messages.append(f"collection ended early; the partial report was kept as {report}")
+    if ended_by == "timeout":
+        messages.append(f"--timeout of {timeout:g} s ended the program; the partial report was kept as {report}")
+    elif ended_by == "interrupt":
+        messages.append(f"interrupted; the partial report was kept as {report}")
     elif rc != 0:
         messages.append(f"the program exited with code {rc}; its report was kept as {report}")
     from .ingest import ingest_one
@@ -191,33 +244,70 @@ def collect(cmd: list[str], out: str | Path = "traceql-runs", *, name: str | Non
         info = ingest_one(report, out, require_kernels=False, labels=all_labels,
                           power_file=power_file if power and power_file.exists() else None)
     except BadInputError as exc:
-        if rc == 0 and not interrupted:
+        if code == 0:
             raise
         messages.append(f"nothing to ingest: {exc}")
-        return Collection(report, None, rc or 130, messages)
-    messages.append(f"run {info.run_id} in {out} ({info.tables.get('kernels', 0)} kernels)")
-    return Collection(report, info.run_id, 130 if interrupted and rc == 0 else rc, messages)
+        return Collection(report, None, code, messages)
+    if not info.already:
+        with store.locked_manifest(out) as manifest:  # the labels are in runs.labels_json too; here without SQL
+            manifest["runs"][info.run_id]["labels"] = all_labels
+    messages.append(f"run {info.run_id} in {out} ({info.tables.get('kernels', 0)} kernels, "
+                    f"{info.tables.get('nvtx', 0)} NVTX events)")
+    return Collection(report, info.run_id, code, messages)
 
 
-def _collect_ncu(cmd, base: Path, timeout, kernels_regex, nvtx_include, clock_control, log) -> Collection:
-    ncu = shutil.which("ncu") or next((p for p in sorted(Path("/opt/nvidia/nsight-compute").glob("*/ncu"),
-                                                          reverse=True)), None)
+def find_ncu() -> str:
+    ncu = shutil.which("ncu") or next((str(p) for p in sorted(Path("/opt/nvidia/nsight-compute").glob("*/ncu"),
+                                                              reverse=True)), None)
     if ncu is None:
         raise NsysNotFoundError("no ncu executable found on PATH or in /opt/nvidia/nsight-compute/*/; install "
                                 "Nsight Compute")
-    # NCCL kernels hang under kernel replay (they wait for peers that are not replayed): never profile them.
-    regex = kernels_regex or ".*"
-    full = [str(ncu), "--clock-control", clock_control, "--kernel-name-base", "function",
-            "--kernel-name", f"regex:^(?!nccl)(?:{regex})", "--metrics", NCU_METRICS, "-f", "-o", str(base)]
+    return ncu
+
+
+def ncu_command(ncu: str, base: Path, cmd: list[str], *, kernels_regex: str | None = None,
+                nvtx_include: str | None = None, clock_control: str = "none",
+                ncu_args: list[str] | None = None) -> list[str]:
+    """The ncu command line of ``traceql collect --ncu``: the preset, the filters, then the program."""
+    if clock_control not in NCU_CLOCK_CONTROLS:
+        raise UsageError(f"--clock-control {clock_control!r}: choose {', '.join(NCU_CLOCK_CONTROLS)} (none keeps "
+                         "the clocks the GPU runs at, as in the traced run)")
+    if kernels_regex is not None:
+        try:
+            re.compile(kernels_regex)
+        except re.error as exc:
+            raise UsageError(f"--kernels {kernels_regex!r}: not a regular expression ({exc})") from exc
+    # The user's pattern may match anywhere in the function name, as a search would.
+    names = NCU_EXCLUDE + (f".*?(?:{kernels_regex})" if kernels_regex else "")
+    full = [ncu, "--target-processes", "all", "--clock-control", clock_control, "--kernel-name-base", "function",
+            "--kernel-name", f"regex:{names}", "--metrics", ",".join(NCU_METRICS)]
     for section in NCU_SECTIONS:
         full += ["--section", section]
     if nvtx_include:
         full += ["--nvtx", "--nvtx-include", nvtx_include]
-    full += cmd
-    log("traceql: " + " ".join(full))
-    rc, _, interrupted = _run_group(full, timeout, log)
+    return [*full, *(ncu_args or []), "-f", "-o", str(base), *cmd]
+
+
+def _collect_ncu(cmd, base: Path, timeout, kernels_regex, nvtx_include, clock_control, log, *,
+                 labels: dict[str, str] | None = None, ncu_args: list[str] | None = None) -> Collection:
+    full = ncu_command(find_ncu(), base, cmd, kernels_regex=kernels_regex, nvtx_include=nvtx_include,
+                       clock_control=clock_control, ncu_args=ncu_args)
+    log("traceql: " + shlex.join(full))
+    rc, _, ended = _run_group(full, timeout, log)
     report = base.with_suffix(".ncu-rep")
     if not report.exists():
         raise BadInputError(f"ncu wrote no report (exit code {rc}); see its output above")
-    msgs = [f"Nsight Compute report {report}" + (" (partial: collection ended early)" if interrupted else "")]
-    return Collection(report, None, rc, msgs)
+    messages = [f"Nsight Compute report {report}" + (" (partial: collection ended early)" if ended else "")]
+    from .ingest import ingest_one
+
+    all_labels = {**environment_labels(cmd), **(labels or {}), "name": base.name, "clock_control": clock_control}
+    try:
+        info = ingest_one(report, base.parent.parent, labels=all_labels)
+    except BadInputError as exc:
+        if rc == 0 and not ended:
+            raise
+        messages.append(f"nothing to ingest: {exc}")
+        return Collection(report, None, rc or 130, messages)
+    messages.append(f"run {info.run_id} in {base.parent.parent} ({info.tables.get('ncu_kernels', 0)} profiled "
+                    "kernels)")
+    return Collection(report, info.run_id, rc, messages)

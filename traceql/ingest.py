@@ -2,7 +2,8 @@
 
 Accepts an nsys SQLite export, an ``nsys export -t parquetdir`` directory, or an ``.nsys-rep``
 (exported once through nsys, cached beside it). Each trace becomes one run, keyed by the sha256
-of its content: ingesting the same file again changes nothing.
+of its content: ingesting the same file again changes nothing. An Nsight Compute ``.ncu-rep``
+goes to :mod:`traceql.ncu`, into the same run store.
 """
 
 from __future__ import annotations
@@ -12,13 +13,15 @@ import hashlib
 import json
 import shutil
 import tempfile
+import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import duckdb
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from . import __version__, schema, store
 from .errors import BadInputError, MissingInputError, TraceqlError
@@ -89,26 +92,34 @@ def _resolve_input(path: Path) -> tuple[Path, str]:
 
 def ingest_one(trace: str | Path, out: str | Path, *, require_kernels: bool = True,
                labels: dict[str, str] | None = None, power_file: str | Path | None = None) -> RunInfo:
+    from .ncu.ingest import ingest_ncu_report, is_ncu_report
+
+    if is_ncu_report(trace):  # Nsight Compute: its own reader, the same run store
+        return ingest_ncu_report(trace, out, labels=labels)
     trace, out = Path(trace), Path(out)
     path, fmt = _resolve_input(trace)
-    digest = sha256_of(path)
-    run_id = digest[:16]
-    if store.is_store(out) and run_id in store.read_manifest(out)["runs"]:
-        info = store.read_manifest(out)["runs"][run_id]
-        return RunInfo(run_id, info["source_path"], digest, info["format"], info.get("tables", {}), already=True)
+    ident = _Identity(path, out)
+    # Waiting for the hash first keeps a repeated ingest cheap; otherwise the export is read meanwhile.
+    if fmt == "nsys-rep" or path.suffix in DECOMPRESSORS or ident.seen(trace):
+        if (prior := ident.ingested()) is not None:
+            return prior
     out.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out, prefix=f".tmp-{run_id}-"))
+    tmp = Path(tempfile.mkdtemp(dir=out, prefix=".tmp-"))
     try:
         if fmt == "nsys-rep":
-            export = export_report(path, digest)
+            export = export_report(path, ident.digest)
         elif path.suffix in DECOMPRESSORS:
             export = _decompress(path, tmp / "export.sqlite")
         else:
             export = path
-        info = _write_run(trace, export, fmt, digest, run_id, tmp, require_kernels, labels or {},
-                          Path(power_file) if power_file else None)
+        try:
+            info = _write_run(trace, export, fmt, ident, tmp, require_kernels, labels or {},
+                              Path(power_file) if power_file else None)
+        except _Ingested as done:
+            return done.info
         if export.parent == tmp:
             export.unlink()
+        run_id = info.run_id
         final = out / "runs" / run_id
         final.parent.mkdir(exist_ok=True)
         with store.locked_manifest(out) as manifest:
@@ -122,6 +133,55 @@ def ingest_one(trace: str | Path, out: str | Path, *, require_kernels: bool = Tr
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return info
+
+
+class _Ingested(Exception):  # noqa: N818 (control flow, not an error)
+    """The input turned out to be a run that the run directory holds already."""
+
+    def __init__(self, info: RunInfo):
+        self.info = info
+
+
+class _Identity:
+    """A run's identity: the input's sha256, computed in a thread of its own so that ingest reads the export
+    meanwhile (hashing is a tenth of an ingest), and whether the run directory ``out`` holds that run already."""
+
+    def __init__(self, path: Path, out: Path):
+        self.out = out
+        self._digest: Future[str] = Future()
+        threading.Thread(target=self._hash, args=(path,), name="traceql-sha256", daemon=True).start()
+        self._claimed = False
+
+    def _hash(self, path: Path) -> None:
+        try:
+            self._digest.set_result(sha256_of(path))
+        except BaseException as exc:  # handed to whoever waits for the digest
+            self._digest.set_exception(exc)
+
+    @property
+    def digest(self) -> str:
+        return self._digest.result()
+
+    def seen(self, trace: Path) -> bool:
+        """Whether a run of ``out`` came from this path (likely the same file again)."""
+        runs = store.read_manifest(self.out)["runs"] if store.is_store(self.out) else {}
+        return any(r.get("source_path") == str(trace.resolve()) for r in runs.values())
+
+    def ingested(self) -> RunInfo | None:
+        """The run of ``out`` that holds this input, if any (waits for the hash)."""
+        run_id = self.digest[:16]
+        if store.is_store(self.out) and run_id in (runs := store.read_manifest(self.out)["runs"]):
+            info = runs[run_id]
+            return RunInfo(run_id, info["source_path"], self.digest, info["format"], info.get("tables", {}),
+                           already=True)
+        return None
+
+    def claim(self) -> str:
+        """The run_id, before the first file of the run is written; raises _Ingested if ``out`` holds it."""
+        if not self._claimed and (prior := self.ingested()) is not None:
+            raise _Ingested(prior)
+        self._claimed = True
+        return self.digest[:16]
 
 
 def _power(power_file: Path, devices: pa.Table | None, session_start: int | None, trace: Path) -> pa.Table:
@@ -141,19 +201,21 @@ def _power(power_file: Path, devices: pa.Table | None, session_start: int | None
         ORDER BY device_id, ts_ns""").to_arrow_table()
 
 
-def _write_run(trace: Path, export: Path, fmt: str, digest: str, run_id: str, tmp: Path,
+def _write_run(trace: Path, export: Path, fmt: str, ident: _Identity, tmp: Path,
                require_kernels: bool, labels: dict[str, str], power_file: Path | None = None) -> RunInfo:
     source = open_source(export)
     con = duckdb.connect()
     con.execute("SET threads TO 2")
-    info = RunInfo(run_id, str(trace.resolve()), digest, fmt)
+    info = RunInfo("", str(trace.resolve()), "", fmt)  # run_id and sha256: at the first write
     try:
         adapter = adapter_for(source, con)
         meta = source.meta()
 
         def put(table: str, data: pa.Table | None) -> None:
+            if not info.run_id:
+                info.run_id, info.sha256 = ident.claim(), ident.digest
             data = schema.empty(table).drop(["run_id"]) if data is None else data
-            data = data.append_column("run_id", pa.repeat(pa.scalar(run_id, pa.string()), data.num_rows))
+            data = data.append_column("run_id", pa.repeat(pa.scalar(info.run_id, pa.string()), data.num_rows))
             schema.write(table, data, tmp / f"{table}.parquet")
             info.tables[table] = data.num_rows
 
@@ -163,12 +225,16 @@ def _write_run(trace: Path, export: Path, fmt: str, digest: str, run_id: str, tm
             row = con.sql(f"SELECT max(utcEpochNs) FROM {rel}").fetchall()[0]
             start = row[0] if row else None
         devices = adapter.devices()
-        put("devices", devices)
-        put("power", _power(power_file, devices, start, trace) if power_file else None)
-        put("processes", adapter.processes())
-        for table in ("kernels", "memcpy", "memset", "nvtx", "runtime_api"):
+        first = {"devices": devices, "power": _power(power_file, devices, start, trace) if power_file else None,
+                 "processes": adapter.processes(), "kernels": adapter.kernels()}
+        for table, data in first.items():  # the input's hash is computed while these are read
+            put(table, data)
+        del first
+        for table in ("memcpy", "memset", "nvtx", "runtime_api"):
             put(table, getattr(adapter, table)())
-        info.tables["gpu_metrics"] = _write_streamed("gpu_metrics", adapter.gpu_metrics(), run_id,
+        for table in ("ncu_metrics", "ncu_kernels"):  # Nsight Compute's tables: empty in an nsys run
+            put(table, None)
+        info.tables["gpu_metrics"] = _write_streamed("gpu_metrics", adapter.gpu_metrics(), info.run_id,
                                                      tmp / "gpu_metrics.parquet")
         if not any(info.tables[t] for t in EVENT_TABLES):
             raise BadInputError(f"{trace}: the trace holds no events (no kernels, copies, NVTX ranges, API calls "
@@ -178,7 +244,7 @@ def _write_run(trace: Path, export: Path, fmt: str, digest: str, run_id: str, tm
                                 "run under `nsys profile -t cuda`? Pass --allow-no-kernels to ingest it anyway")
         gpu_names = ",".join(sorted(set(devices.column("name").to_pylist()))) if devices is not None else ""
         runs = pa.table({
-            "run_id": [run_id], "source_path": [str(trace.resolve())], "source_sha256": [digest],
+            "run_id": [info.run_id], "source_path": [str(trace.resolve())], "source_sha256": [info.sha256],
             "source_bytes": [trace.stat().st_size if trace.is_file() else None], "format": [fmt],
             "tool": [meta.get("EXPORT_PRODUCT_NAME", "NVIDIA Nsight Systems")],
             "tool_version": [meta.get("EXPORT_PRODUCT_VERSION")],
@@ -197,18 +263,36 @@ def _write_run(trace: Path, export: Path, fmt: str, digest: str, run_id: str, tm
 
 
 def _write_streamed(table: str, batches, run_id: str, path: Path) -> int:
+    """Write ``batches`` as they come, so that a table of any size takes the memory of a few batches.
+
+    String columns are written dictionary-encoded (run_id always; others when the batches bring them so,
+    as gpu_metrics' metric names): Parquet stores them as dictionary pages either way, but no string is then
+    copied or hashed per row. The file stores no Arrow schema, which would make readers return dictionaries:
+    it reads back with the plain types of the schema, and carries the schema version like every other file.
+    """
     target = schema.TABLES[table]
+    encoded = pa.schema([pa.field(f.name, pa.dictionary(pa.int32(), f.type)) if f.type == pa.string() else f
+                         for f in target])
+    run_ids = pa.array([run_id], pa.string())
     rows = 0
-    with schema.writer(table, path) as w:
+    with pq.ParquetWriter(path, encoded, compression="zstd", store_schema=False) as w:
         for batch in batches or ():
             if batch.num_rows == 0:
                 continue
-            cols = [pa.repeat(pa.scalar(run_id, pa.string()), batch.num_rows) if n == "run_id" else batch.column(n)
-                    for n in target.names]
-            cols = [c.cast(f.type) for c, f in zip(cols, target, strict=True)]
-            w.write_batch(pa.RecordBatch.from_arrays(cols, schema=target))
+            cols = [pa.DictionaryArray.from_arrays(pa.repeat(pa.scalar(0, pa.int32()), batch.num_rows), run_ids)
+                    if f.name == "run_id" else _encoded(batch.column(f.name), f.type) for f in encoded]
+            w.write_batch(pa.RecordBatch.from_arrays(cols, schema=encoded))
             rows += batch.num_rows
+        w.add_key_value_metadata(schema._metadata(table))
     return rows
+
+
+def _encoded(col: pa.Array, type_: pa.DataType) -> pa.Array:
+    if not pa.types.is_dictionary(type_):
+        return col.cast(type_)
+    if not pa.types.is_dictionary(col.type):
+        col = col.cast(type_.value_type).dictionary_encode()
+    return col.cast(type_)
 
 
 def ingest(traces: Sequence[str | Path] | str | Path, out: str | Path, *, require_kernels: bool = True,

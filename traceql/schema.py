@@ -28,6 +28,9 @@ def _schema(*fields: tuple[str, pa.DataType]) -> pa.Schema:
 _ids = (("global_pid", i64), ("device_id", i32), ("cuda_device", i32), ("context_id", i64),
         ("stream_id", i64), ("correlation_id", i64))
 _interval = (("start_ns", i64), ("end_ns", i64), ("dur_ns", i64))
+_ncu_kernel = (("kernel_id", i64), ("range_id", i32), ("name", s), ("short_name", s), ("device_id", i32), ("nvtx", s),
+               ("grid_x", i32), ("grid_y", i32), ("grid_z", i32), ("block_x", i32), ("block_y", i32), ("block_z", i32),
+               ("static_smem_bytes", i64), ("dynamic_smem_bytes", i64))
 
 _TABLES: dict[str, pa.Schema] = {
     "runs": _schema(
@@ -69,6 +72,18 @@ _TABLES: dict[str, pa.Schema] = {
         ("device_id", i32), ("uuid", s), ("ts_ns", i64), ("power_w", f64), ("energy_j", f64), ("sm_clock_mhz", f64),
         ("mem_clock_mhz", f64), ("temp_c", f64), ("throttle_reasons", i64), ("power_limit_w", f64),
     ),
+    # Nsight Compute (isolated kernel replay); see traceql/ncu/derive.py for where each ncu_kernels column comes from.
+    "ncu_metrics": _schema(*_ncu_kernel, ("metric", s), ("value", f64), ("value_text", s), ("unit", s)),
+    "ncu_kernels": _schema(
+        *_ncu_kernel, ("workload", s), ("device_name", s), ("sm_count", i32), ("context_id", i64), ("stream_id", i64),
+        ("ctas", i64), ("threads_per_block", i32), ("regs_per_thread", i32), ("duration_ns", i64),
+        ("sm_throughput_pct", f64), ("memory_throughput_pct", f64), ("tensor_pipe_pct", f64),
+        ("dram_bytes_read", i64), ("dram_bytes_write", i64), ("dram_throughput_pct", f64), ("dram_Bps", f64),
+        ("peak_dram_Bps", f64), ("l2_hit_rate_pct", f64), ("l1_hit_rate_pct", f64), ("achieved_occupancy_pct", f64),
+        ("theoretical_occupancy_pct", f64), ("ctas_per_sm", i32), ("occupancy_limiter", s), ("waves_per_sm", f64),
+        ("flop_count", f64), ("flop_per_s", f64), ("arithmetic_intensity_flop_per_byte", f64),
+        ("compute_peak_fraction", f64), ("dram_peak_fraction", f64), ("bound", s), ("missing", pa.list_(s)),
+    ),
 }
 
 # Every row carries its run_id, so files stay self-describing when moved or merged.
@@ -89,6 +104,9 @@ DESCRIPTIONS = {
     "runtime_api": "one row per CUDA runtime/driver API call; correlation_id links it to its kernel or copy",
     "gpu_metrics": "one row per (GPU, sample, metric): nsys GPU metrics sampling, long format",
     "power": "one row per NVML sample (traceql collect --power): power, energy counter, clocks, throttle reasons",
+    "ncu_metrics": "one row per (kernel profiled by Nsight Compute, metric), with the kernel's launch configuration",
+    "ncu_kernels": "one row per kernel profiled by Nsight Compute: isolated duration, throughputs, DRAM bytes, cache "
+                   "hit rates, occupancy, waves, roofline position; `missing` names metrics the report lacks",
 }
 
 

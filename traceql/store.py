@@ -73,8 +73,11 @@ def locked_manifest(root: Path) -> Iterator[dict]:
 
 
 def run_files(root: Path, table: str) -> list[Path]:
+    """The file of ``table`` in each run; a run ingested before the table existed has none (its manifest
+    entry lists the tables it holds), and reads as holding no rows of it."""
     manifest = read_manifest(root)
-    return [root / "runs" / run_id / f"{table}.parquet" for run_id in sorted(manifest["runs"])]
+    return [root / "runs" / run_id / f"{table}.parquet" for run_id, info in sorted(manifest["runs"].items())
+            if table in info.get("tables", {table: None})]
 
 
 def _sql_str(value: str) -> str:

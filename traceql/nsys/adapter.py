@@ -10,7 +10,7 @@ Facts the SQL relies on (checked on real exports of both versions):
 - ``deviceId`` in activity tables is the CUDA ordinal inside one process; ``TARGET_INFO_CUDA_DEVICE``
   maps (pid, cudaId) to the GPU's index on the host (``TARGET_INFO_GPU.id``).
 - GPU metric ``typeId``'s low byte is the GPU index; clock metrics are written in Hz although their
-  names say MHz, so they are scaled to MHz here.
+  names say MHz, so they are scaled to MHz here. ``(typeId, metricId)`` is unique in TARGET_INFO_GPU_METRICS.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from .. import classify
 from ..errors import BadInputError, SchemaVersionError
@@ -231,22 +232,65 @@ class Adapter:
                    {c(p, 'correlationId', 'correlation_id')}, {c(p, 'returnValue', 'return_value')}
             FROM {rel} r LEFT JOIN {strings} s ON s.id = r.nameId ORDER BY global_tid, start_ns""")
 
-    def gpu_metrics(self, batch_rows: int = 1 << 20) -> Iterator[pa.RecordBatch] | None:
+    def gpu_metrics(self, batch_rows: int = 1 << 18, workers: int | None = None) -> Iterator[pa.RecordBatch] | None:
+        """Samples in table order, as batches of device_id, ts_ns, metric, value; ``metric`` comes
+        dictionary-encoded (the few metric names), so that no batch copies a name per row.
+
+        ``GPU_METRICS`` is the largest table of an export by far, so it is not joined in DuckDB
+        (which would hold it all) but scanned in batches and looked up in Arrow.
+        """
         if not (self.has("GPU_METRICS") and self.has("TARGET_INFO_GPU_METRICS")):
             return None
-        names, _ = self.load("TARGET_INFO_GPU_METRICS", ["typeId", "metricId", "metricName"])
-        self.con.execute(f"""CREATE OR REPLACE TEMP TABLE metric_names AS
-                             SELECT DISTINCT typeId::BIGINT AS typeId, metricId::BIGINT AS metricId,
-                                    metricName AS metric,
-                                    CASE WHEN metricName LIKE '%Clock Frequency [MHz]' THEN 1e-6 ELSE 1 END AS scale
-                             FROM {names}""")
-        rel, _ = self.load("GPU_METRICS", ["timestamp", "typeId", "metricId", "value"])
-        reader = self.con.sql(f"""
-            SELECT (g.typeId & 255)::INT AS device_id, g.timestamp AS ts_ns, m.metric,
-                   g.value * m.scale AS value
-            FROM {rel} g JOIN metric_names m ON m.typeId = g.typeId::BIGINT AND m.metricId = g.metricId::BIGINT
-            """).to_arrow_reader(batch_rows)
-        return iter(reader)
+        lookup = self._metric_lookup()
+        columns = ["timestamp", "typeId", "metricId", "value"]
+        return (lookup.apply(batch) for batch in self.source.scan("GPU_METRICS", columns, batch_rows=batch_rows,
+                                                                   workers=workers))
+
+    def _metric_lookup(self) -> MetricLookup:
+        rel, _ = self.load("TARGET_INFO_GPU_METRICS", ["typeId", "metricId", "metricName"])
+        rows = self.con.sql(f"""SELECT typeId::BIGINT, metricId::BIGINT, min(metricName)
+                                FROM {rel} GROUP BY ALL ORDER BY ALL""").fetchall()
+        return MetricLookup(rows)
+
+
+class MetricLookup:
+    """Maps GPU_METRICS rows (typeId, metricId) to metric names and unit scales, as an inner join would.
+
+    A (typeId, metricId) pair is looked up in a dense table indexed by the positions of typeId and metricId
+    among their few distinct values; samples of a pair that TARGET_INFO_GPU_METRICS lacks are dropped.
+    """
+
+    def __init__(self, rows: list[tuple[int, int, str]]):
+        self.types = pa.array(sorted({t for t, _, _ in rows}), pa.int64())
+        self.metric_ids = pa.array(sorted({m for _, m, _ in rows}), pa.int64())
+        names: list[str | None] = sorted({n for _, _, n in rows if n is not None})
+        if any(n is None for _, _, n in rows):
+            names.append(None)
+        self.names = pa.array(names, pa.string())
+        # nsys writes clock metrics in Hz although their names say MHz
+        self.scales = pa.array([1e-6 if n and n.endswith("Clock Frequency [MHz]") else 1.0 for n in names],
+                               pa.float64())
+        position = {t: i for i, t in enumerate(self.types.to_pylist())}
+        metric_position = {m: i for i, m in enumerate(self.metric_ids.to_pylist())}
+        name_index = {n: i for i, n in enumerate(names)}
+        dense: list[int | None] = [None] * (len(position) * len(metric_position))
+        for t, m, n in rows:
+            dense[position[t] * len(metric_position) + metric_position[m]] = name_index[n]
+        self.dense = pa.array(dense, pa.int32())
+
+    def apply(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        type_id = batch.column("typeId").cast(pa.int64())  # Parquet exports hold uint64
+        key = pc.add(pc.multiply(pc.index_in(type_id, self.types), len(self.metric_ids)),
+                     pc.index_in(batch.column("metricId").cast(pa.int64()), self.metric_ids))
+        name = pc.take(self.dense, key)
+        if name.null_count:  # no such metric in TARGET_INFO_GPU_METRICS: an inner join drops the sample
+            keep = pc.is_valid(name)
+            batch, name, type_id = batch.filter(keep), name.filter(keep), type_id.filter(keep)
+        value = pc.multiply(batch.column("value").cast(pa.float64()), pc.take(self.scales, name))
+        return pa.RecordBatch.from_arrays(
+            [pc.bit_wise_and(type_id, 255).cast(pa.int32()), batch.column("timestamp").cast(pa.int64()),
+             pa.DictionaryArray.from_arrays(name, self.names), value],
+            names=["device_id", "ts_ns", "metric", "value"])
 
 
 def _enum_values(mapping: dict[int, str]) -> str:

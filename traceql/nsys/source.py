@@ -2,13 +2,19 @@
 
 Both kinds expose the same raw tables (``CUPTI_ACTIVITY_KIND_KERNEL``, ``StringIds``...) to
 DuckDB as relations named ``raw_<TABLE>``, so the adapters hold one set of SQL for both.
-SQLite is read through ADBC into Arrow (streamed for the large tables); inputs are opened
-read-only and never modified.
+SQLite is read through ADBC into Arrow; inputs are opened read-only and never modified.
+The largest table (``GPU_METRICS``, tens of millions of rows) is not registered but scanned
+with :meth:`Source.scan`: Arrow batches in table order, read from SQLite in rowid ranges over
+several connections at once, so that decoding SQLite records, the slowest step, uses every core.
 """
 
 from __future__ import annotations
 
+import os
+import queue
 import sqlite3
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import duckdb
@@ -20,6 +26,15 @@ from ..errors import BadInputError
 SQLITE_MAGIC = b"SQLite format 3\x00"
 META_TABLES = ("META_DATA_EXPORT", "EXPORT_META_DATA")  # 2023+ and 2022.x spellings
 STREAMED = {"GPU_METRICS"}  # large tables: scanned once, never materialized
+ARROW_TYPES = {"INTEGER": pa.int64(), "REAL": pa.float64(), "TEXT": pa.string()}
+MAX_RANGES = 1 << 16  # more rowid ranges than this (a table with huge rowid gaps): read in one pass
+
+
+def default_workers() -> int:
+    """Readers for :meth:`Source.scan`: one per CPU this process may use, up to 4 (beyond, the single
+    thread that consumes the batches is the limit)."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, min(4, cpus))
 
 
 class Source:
@@ -35,6 +50,16 @@ class Source:
         raise NotImplementedError
 
     def register(self, con: duckdb.DuckDBPyConnection, table: str, columns: list[str]) -> str:
+        raise NotImplementedError
+
+    def scan(self, table: str, columns: list[str], *, batch_rows: int = 1 << 18,
+             workers: int | None = None) -> Iterator[pa.RecordBatch]:
+        """The table's ``columns`` as Arrow batches of at most ``batch_rows`` rows, in table order.
+
+        Up to ``workers`` batches (default: :func:`default_workers`) are read at once; the result does
+        not depend on ``workers``.
+        Nothing is held beyond the batches in flight, so memory stays flat for any table size.
+        """
         raise NotImplementedError
 
     def meta(self) -> dict[str, str]:
@@ -87,8 +112,7 @@ class SqliteSource(Source):
             raise BadInputError(f"{path}: cannot read SQLite ({exc}); the file may be damaged, export it again") \
                 from exc
         self._tables = {n for (n,) in names}
-        self._adbc = None
-        self._cursors: list = []
+        self._adbc: _Adbc | None = None
 
     def tables(self) -> set[str]:
         return self._tables
@@ -98,13 +122,66 @@ class SqliteSource(Source):
 
     def _reader(self, sql: str) -> pa.RecordBatchReader:
         if self._adbc is None:
-            import adbc_driver_sqlite.dbapi as adbc
+            self._adbc = _Adbc(self.path)
+        return self._adbc.reader(sql)
 
-            self._adbc = adbc.connect(f"file:{self.path.resolve()}?mode=ro")
-        cur = self._adbc.cursor()
-        self._cursors.append(cur)  # the reader dies with its cursor: keep it until close()
-        cur.execute(sql)
-        return cur.fetch_record_batch()
+    def _read_error(self, table: str, exc: Exception) -> BadInputError:
+        return BadInputError(f"{self.path}: reading table {table} failed ({exc}); the file may be damaged "
+                             "or truncated, export it again")
+
+    def scan(self, table: str, columns: list[str], *, batch_rows: int = 1 << 18,
+             workers: int | None = None) -> Iterator[pa.RecordBatch]:
+        # ADBC infers each batch's types from its values (an empty batch is all int64): cast to the declared ones.
+        # (A TEXT column whose batch starts with NULLs can fail there: scan is for numeric tables, see register.)
+        types = self.declared_types(table)
+        target = pa.schema([(c, ARROW_TYPES.get(types.get(c, ""), pa.null())) for c in columns])
+        try:
+            # two subqueries: SQLite reads a lone min() or max() off the b-tree, but scans for both at once
+            lo, hi = self._db.execute(f"SELECT (SELECT min(rowid) FROM {_quote(table)}), "
+                                      f"(SELECT max(rowid) FROM {_quote(table)})").fetchone()
+        except sqlite3.DatabaseError as exc:
+            raise self._read_error(table, exc) from exc
+        if lo is None:
+            return
+        workers = max(1, workers or default_workers())
+        # nsys tables are rowid tables filled in order: rowid ranges are disjoint slices of the table.
+        ranges = [(start, min(start + batch_rows, hi + 1)) for start in range(lo, hi + 1, batch_rows)] \
+            if (hi - lo) // batch_rows < MAX_RANGES else [(lo, hi + 1)]
+        select = f"SELECT {', '.join(map(_quote, columns))} FROM {_quote(table)}"
+        if self._adbc is None:
+            self._adbc = _Adbc(self.path)
+        idle: queue.SimpleQueue = queue.SimpleQueue()  # one ADBC connection per worker, reused across ranges
+        for _ in range(workers):
+            idle.put(self._adbc.connect())
+
+        def read(start: int, stop: int) -> list[pa.RecordBatch]:
+            con = idle.get()
+            try:
+                batches = self._adbc.read(con, f"{select} WHERE rowid >= {start:d} AND rowid < {stop:d} "
+                                               "ORDER BY rowid", batch_rows)
+                return [_conform(b, target) for b in batches]
+            finally:
+                idle.put(con)
+
+        def results(fut: Future) -> list[pa.RecordBatch]:
+            try:
+                return fut.result()
+            except Exception as exc:  # ADBC raises its own DatabaseError family
+                raise self._read_error(table, exc) from exc
+
+        pool = ThreadPoolExecutor(workers, thread_name_prefix=f"traceql-read-{table}")
+        pending: list[Future] = []
+        try:
+            for start, stop in ranges:
+                pending.append(pool.submit(read, start, stop))
+                if len(pending) > workers:  # every worker busy, and no more than that in memory
+                    yield from results(pending.pop(0))
+            while pending:
+                yield from results(pending.pop(0))
+        finally:
+            for fut in pending:
+                fut.cancel()
+            pool.shutdown(wait=True)
 
     def declared_types(self, table: str) -> dict[str, str]:
         return {r[1]: (r[2] or "").upper() for r in self._db.execute(f"PRAGMA table_info({_quote(table)})")}
@@ -119,8 +196,7 @@ class SqliteSource(Source):
             reader = self._reader(f"SELECT {select} FROM {_quote(table)}")
             data = reader if table in STREAMED else reader.read_all()
         except Exception as exc:  # ADBC raises its own DatabaseError family
-            raise BadInputError(f"{self.path}: reading table {table} failed ({exc}); the file may be damaged "
-                                "or truncated, export it again") from exc
+            raise self._read_error(table, exc) from exc
         name = f"raw_{table}"
         con.register(f"{name}_arrow", data)
         # An empty result comes back with every column as int64, so TEXT is cast back to VARCHAR.
@@ -131,10 +207,52 @@ class SqliteSource(Source):
 
     def close(self) -> None:
         self._db.close()
-        for cur in self._cursors:
-            cur.close()
         if self._adbc is not None:
             self._adbc.close()
+
+
+class _Adbc:
+    """Read-only ADBC connections to one SQLite file, through ADBC's own API: its DB-API module
+    imports pandas or polars where they are installed, which costs more than a small ingest."""
+
+    def __init__(self, path: Path):
+        import adbc_driver_manager
+        import adbc_driver_sqlite
+
+        self._api = adbc_driver_manager
+        self._db = adbc_driver_sqlite.connect(f"file:{path.resolve()}?mode=ro")
+        self._connections: list = []
+        self._statements: list = []  # a stream lives as long as its statement
+        self._main = None  # the connection of :meth:`reader`
+
+    def connect(self):
+        con = self._api.AdbcConnection(self._db)
+        self._connections.append(con)
+        return con
+
+    def _statement(self, con, sql: str, batch_rows: int | None):
+        stmt = self._api.AdbcStatement(con)
+        if batch_rows:
+            stmt.set_options(**{"adbc.sqlite.query.batch_rows": str(batch_rows)})
+        stmt.set_sql_query(sql)
+        return stmt
+
+    def reader(self, sql: str) -> pa.RecordBatchReader:
+        """A stream over ``sql``'s rows on a connection of its own; it stays valid until :meth:`close`."""
+        if self._main is None:
+            self._main = self.connect()
+        stmt = self._statement(self._main, sql, None)
+        self._statements.append(stmt)
+        return pa.RecordBatchReader.from_stream(stmt.execute_query()[0])
+
+    def read(self, con, sql: str, batch_rows: int) -> list[pa.RecordBatch]:
+        """All of ``sql``'s rows, read on ``con`` (one thread at a time per connection)."""
+        with self._statement(con, sql, batch_rows) as stmt:
+            return list(pa.RecordBatchReader.from_stream(stmt.execute_query()[0]))
+
+    def close(self) -> None:
+        for handle in (*self._statements, *self._connections, self._db):
+            handle.close()
 
 
 class ParquetDirSource(Source):
@@ -164,6 +282,21 @@ class ParquetDirSource(Source):
         path = str(self._files[table]).replace("'", "''")
         con.execute(f"CREATE OR REPLACE TEMP VIEW {name} AS SELECT {cols} FROM read_parquet('{path}')")
         return name
+
+    def scan(self, table: str, columns: list[str], *, batch_rows: int = 1 << 18,
+             workers: int | None = None) -> Iterator[pa.RecordBatch]:
+        try:  # pyarrow decodes with its own threads; ``workers`` is for SQLite
+            yield from pq.ParquetFile(self._files[table]).iter_batches(batch_size=batch_rows, columns=columns,
+                                                                      use_threads=workers != 1)
+        except (OSError, pa.ArrowException) as exc:
+            raise BadInputError(f"{self._files[table]}: unreadable Parquet file ({exc})") from exc
+
+
+def _conform(batch: pa.RecordBatch, target: pa.Schema) -> pa.RecordBatch:
+    if batch.schema.equals(target):
+        return batch
+    return pa.RecordBatch.from_arrays([col if f.type == pa.null() else col.cast(f.type)
+                                       for col, f in zip(batch.columns, target, strict=True)], names=target.names)
 
 
 def open_source(path: Path) -> Source:
