@@ -16,7 +16,7 @@ import fcntl
 import json
 import os
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from pathlib import Path
 
 import duckdb
@@ -72,12 +72,14 @@ def locked_manifest(root: Path) -> Iterator[dict]:
         os.replace(tmp, root / MANIFEST)
 
 
-def run_files(root: Path, table: str) -> list[Path]:
+def run_files(root: Path, table: str, *, nonempty: bool = False) -> list[Path]:
     """The file of ``table`` in each run; a run ingested before the table existed has none (its manifest
-    entry lists the tables it holds), and reads as holding no rows of it."""
+    entry lists the tables it holds), and reads as holding no rows of it. ``nonempty``: only the files
+    the manifest counts rows in."""
     manifest = read_manifest(root)
     return [root / "runs" / run_id / f"{table}.parquet" for run_id, info in sorted(manifest["runs"].items())
-            if table in info.get("tables", {table: None})]
+            if table in info.get("tables", {table: None})
+            and not (nonempty and info.get("tables", {}).get(table) == 0)]
 
 
 def _sql_str(value: str) -> str:
@@ -85,21 +87,28 @@ def _sql_str(value: str) -> str:
 
 
 def connect(run_dirs: Sequence[str | Path] | str | Path, con: duckdb.DuckDBPyConnection | None = None,
-            *, views: bool = True) -> duckdb.DuckDBPyConnection:
+            *, views: bool = True, run_ids: Collection[str] | None = None) -> duckdb.DuckDBPyConnection:
     """A DuckDB connection with one view per table over all runs in ``run_dirs`` (rows carry run_id).
 
-    The analysis views of ``queries/`` are created too (``views=False`` skips them).
+    The analysis views of ``queries/`` are created too (``views=False`` skips them). ``run_ids`` keeps only
+    those runs (reports map over runs one at a time this way).
     """
     if isinstance(run_dirs, str | Path):
         run_dirs = [run_dirs]
     if not run_dirs:
         raise BadInputError("no run directory given")
     con = con or duckdb.connect()
-    con.execute("SET enable_progress_bar = false")
+    if con.sql("SELECT current_setting('enable_progress_bar')").fetchall()[0][0]:
+        with contextlib.suppress(duckdb.InvalidInputException):  # Jupyter without ipywidgets refuses the setting
+            con.execute("SET enable_progress_bar = false")
     files: dict[str, list[Path]] = {t: [] for t in schema.TABLES}
     for d in map(Path, run_dirs):
         for table in schema.TABLES:
-            for f in run_files(d, table):
+            # empty files are left out: besides costing a read, a view over files of which some are empty
+            # misleads DuckDB's join planning (an attribution took 100x longer with one empty file beside it)
+            for f in run_files(d, table, nonempty=True):
+                if run_ids is not None and f.parent.name not in run_ids:
+                    continue
                 if not f.is_file():
                     raise BadInputError(f"{f}: listed in {d / MANIFEST} but missing; re-ingest that trace")
                 files[table].append(f)

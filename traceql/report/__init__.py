@@ -1,0 +1,188 @@
+"""``traceql report``: a self-contained HTML report over one run or many, built from a recipe.
+
+The recipe's sections are computed per run (map: one DuckDB connection per run, so one bad run cannot
+spoil the others), then concatenated across runs (reduce). Charts come from :mod:`.charts`, the page from
+:mod:`.html`; nothing here draws or formats.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+
+from .. import store
+from ..errors import BadInputError, TraceqlError, UsageError
+from . import recipe as recipes
+from .recipe import Recipe, Section
+
+ON_ERROR = ("raise", "skip")
+
+
+@dataclass
+class SectionResult:
+    section: Section
+    tables: dict[str, pa.Table]  # query name -> rows of every run (reduce), each tagged run_id and run
+    per_run: list[tuple[str, dict[str, pa.Table]]] = field(default_factory=list)  # scope run: (run label, tables)
+
+
+@dataclass
+class Report:
+    """What :func:`report` computed: the runs, each section's tables, the runs skipped and why."""
+
+    recipe: Recipe
+    runs: pa.Table
+    sections: list[SectionResult]
+    skipped: list[dict] = field(default_factory=list)  # run_id, run, source_path, reason
+    seconds: float = 0.0
+
+    def html(self) -> str:
+        from .html import render_page
+
+        return render_page(self)
+
+    def write(self, out: str | Path) -> Path:
+        out = Path(out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile("w", dir=out.parent, prefix=f".{out.name}.", suffix=".tmp", delete=False,
+                                         encoding="utf-8") as tmp:
+            tmp.write(self.html())
+        Path(tmp.name).chmod(0o644)
+        Path(tmp.name).replace(out)  # atomic: a reader never sees half a page
+        return out
+
+
+Progress = Callable[[int, int, str, str | None], None]  # done, total, run label, error or None
+
+
+def report(inputs: Sequence[str | Path] | str | Path, out: str | Path | None = None, *, recipe: str | Path = "overlap",
+           on_error: str = "raise", progress: Progress | None = None, workdir: str | Path | None = None) -> Report:
+    """Build the report of ``recipe`` over ``inputs`` (run directories, or traces ingested first).
+
+    ``on_error``: ``raise`` stops at the first run that fails; ``skip`` goes on and lists every skipped run
+    and the reason in the report. ``out``: also write the HTML page there.
+    """
+    from ..attribute import _as_store
+
+    if isinstance(inputs, str | Path):
+        inputs = [inputs]
+    inputs = [Path(p) for p in inputs]
+    if not inputs:
+        raise UsageError("no input given")
+    if on_error not in ON_ERROR:
+        raise UsageError(f"on_error {on_error!r}: choose raise or skip")
+    rec = recipe if isinstance(recipe, Recipe) else recipes.load(recipe)
+    started = time.perf_counter()
+    tmp = None
+    if workdir is None and any(not store.is_store(p) for p in inputs):
+        tmp = tempfile.TemporaryDirectory(prefix="traceql-report-")
+        workdir = tmp.name
+    try:
+        dirs = _as_store(inputs, Path(workdir or ".") / "runs")
+        result = _build(rec, dirs, on_error, progress)
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+    result.seconds = time.perf_counter() - started
+    if out is not None:
+        result.write(out)
+    return result
+
+
+def _run_table(dirs: list[Path]) -> pa.Table:
+    con = store.connect(dirs, views=False)
+    try:
+        return con.sql("""
+            SELECT r.run_id, coalesce(json_extract_string(r.labels_json, '$.name'), r.run_id) AS run, r.source_path,
+                   r.format, r.tool_version, r.gpu_names, r.host, r.labels_json,
+                   (SELECT count(*) FROM kernels k WHERE k.run_id = r.run_id) AS kernels
+            FROM runs r ORDER BY r.run_id""").to_arrow_table()
+    finally:
+        con.close()
+
+
+def _build(rec: Recipe, dirs: list[Path], on_error: str, progress: Progress | None) -> Report:
+    runs = _run_table(dirs)
+    ncu_runs = [r["run_id"] for r in runs.to_pylist() if r["format"] == "ncu-rep"]
+    traced = [r for r in runs.to_pylist() if r["format"] != "ncu-rep"]
+    if not traced:
+        raise BadInputError(f"{', '.join(map(str, dirs))}: no Nsight Systems runs to report on (only "
+                            f"{len(ncu_runs)} Nsight Compute run(s))")
+    collected: list[dict[str, list[pa.Table]]] = [{q.name: [] for q in s.queries} for s in rec.sections]
+    per_run: list[list[tuple[str, dict[str, pa.Table]]]] = [[] for _ in rec.sections]
+    skipped = []
+    for i, run in enumerate(traced, 1):
+        label = run["run"]
+        try:
+            if run["kernels"] == 0:
+                raise BadInputError("no CUDA kernels in this run")
+            tables = _map_run(rec, dirs, run["run_id"], label, ncu_runs)
+        except (TraceqlError, duckdb.Error, OSError, ValueError) as exc:
+            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            if on_error == "raise":
+                raise BadInputError(f"run {run['run_id']} ({label}, from {run['source_path']}): {reason}; "
+                                    "--on-error skip reports the other runs") from None
+            skipped.append({"run_id": run["run_id"], "run": label, "source_path": run["source_path"],
+                            "reason": reason})
+            if progress:
+                progress(i, len(traced), label, reason)
+            continue
+        for k, section_tables in enumerate(tables):
+            for name, t in section_tables.items():
+                collected[k][name].append(t)
+            if rec.sections[k].scope == "run":
+                per_run[k].append((label, section_tables))
+        if progress:
+            progress(i, len(traced), label, None)
+    sections = []
+    for k, s in enumerate(rec.sections):
+        reduced = {name: _concat(ts, s, name) for name, ts in collected[k].items()}
+        sections.append(SectionResult(s, reduced, per_run[k]))
+    return Report(rec, runs, sections, skipped)
+
+
+def _concat(tables: list[pa.Table], section: Section, name: str) -> pa.Table:
+    tables = [t for t in tables if t.num_rows]
+    if not tables:
+        return pa.table({"run_id": pa.array([], pa.string()), "run": pa.array([], pa.string())})
+    table = pa.concat_tables(tables, promote_options="permissive")
+    if section.scope == "all" and section.sort and section.sort in table.column_names:
+        table = table.sort_by([(section.sort, "descending")])
+    return table
+
+
+def _map_run(rec: Recipe, dirs: list[Path], run_id: str, label: str, ncu_runs: list[str]) -> list[dict[str, pa.Table]]:
+    """Every section's queries for one run, on a connection that sees that run and the Nsight Compute runs."""
+    from ..attribute import NVTX_GROUPS_SQL
+    from ..queries_loader import materialize
+
+    con = store.connect(dirs, run_ids={run_id, *ncu_runs})
+    try:
+        if rec.group_by_nvtx:
+            con.execute("CREATE OR REPLACE TEMP TABLE _nvtx_glob AS SELECT $1::VARCHAR AS pattern", [rec.group_by_nvtx])
+            con.execute(NVTX_GROUPS_SQL)
+        materialize(con)
+        out = []
+        for s in rec.sections:
+            tables = {}
+            for q in s.queries:
+                t = con.sql(q.select(), params={"run_id": run_id}).to_arrow_table()
+                tables[q.name] = t.append_column("run", pa.array([label] * t.num_rows, pa.string())) \
+                    if "run" not in t.column_names else t
+            out.append(tables)
+        return out
+    finally:
+        con.close()
+
+
+def labels_of(run: dict) -> dict[str, str]:
+    try:
+        return json.loads(run.get("labels_json") or "{}")
+    except json.JSONDecodeError:
+        return {}

@@ -1,0 +1,299 @@
+"""Charts for reports: functions from result tables to altair charts, kept apart from the analysis.
+
+Each chart is registered with the query names it needs; it receives those tables (pyarrow, already
+tagged with ``run_id`` and the run's display name ``run``) and returns an ``alt.Chart`` or None when there
+is nothing to draw. Tests check charts through their spec (``to_dict()``) and in a real browser.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import altair as alt
+import pyarrow as pa
+import pyarrow.compute as pc
+
+FACTORS = ("sm", "dram_bw", "cache", "clock", "link", "residual")
+FACTOR_COLORS = ("#4c78a8", "#f58518", "#54a24b", "#e45756", "#b279a2", "#bab0ac")
+STATE_COLORS = {"compute": "#4c78a8", "overlap": "#72b7b2", "comm": "#e45756"}
+MAX_MARKS = 20_000  # per chart: more marks than this make a page slow to open; the chart says what it left out
+
+
+@dataclass(frozen=True)
+class ChartDef:
+    fn: Callable[[dict[str, pa.Table], dict], alt.TopLevelMixin | None]
+    needs: tuple[str, ...]
+    help: str
+
+
+CHARTS: dict[str, ChartDef] = {}
+
+
+def chart(*needs: str, help: str):
+    def register(fn):
+        CHARTS[fn.__name__] = ChartDef(fn, needs, help)
+        return fn
+    return register
+
+
+def _rows(table: pa.Table, columns: list[str] | None = None, limit: int = MAX_MARKS) -> list[dict]:
+    if columns is not None:
+        table = table.select([c for c in columns if c in table.column_names])
+    return table.slice(0, limit).to_pylist()
+
+
+def _data(rows: list[dict]) -> alt.Data:
+    return alt.Data(values=rows)
+
+
+def _signature_labels(rows: list[dict], width: int = 60) -> list[str]:
+    """One distinct label per kernel signature row: run, GPU, name, grid (same-named kernels differ by launch)."""
+    seen: dict[str, int] = {}
+    labels = []
+    for r in rows:
+        name = (r["short_name"] or r["name"] or "")[:width]
+        label = f"{r.get('run') or r['run_id']} · GPU {r['device_id']} · {name} · {r.get('grid', '')}"
+        if r.get("nvtx"):
+            label += f" · {r['nvtx'][:40]}"
+        seen[label] = seen.get(label, 0) + 1
+        labels.append(label if seen[label] == 1 else f"{label} #{seen[label]}")
+    return labels
+
+
+def _cut_note(table: pa.Table, limit: int = MAX_MARKS) -> str:
+    return f" (first {limit:,} of {table.num_rows:,})" if table.num_rows > limit else ""
+
+
+@chart("segments", "nvtx", help="per device: compute alone, communication alone, both; NVTX ranges above; "
+                                 "drag to pan, scroll to zoom")
+def timeline(data: dict[str, pa.Table], options: dict) -> alt.TopLevelMixin | None:
+    seg = data["segments"]
+    if seg.num_rows == 0:
+        return None
+    t0 = min(pc.min(seg["start_ns"]).as_py(), *(
+        [pc.min(data["nvtx"]["start_ns"]).as_py()] if data["nvtx"].num_rows else []))
+    rows = [{"lane": f"GPU {r['device_id']}", "state": r["state"], "start_ms": (r["start_ns"] - t0) / 1e6,
+             "end_ms": (r["end_ns"] - t0) / 1e6, "dur_us": r["dur_ns"] / 1e3, "run": r.get("run")}
+            for r in _rows(seg, ["device_id", "state", "start_ns", "end_ns", "dur_ns", "run"])]
+    max_depth = int(options.get("nvtx_depth", 1))
+    nvtx = [{"lane": f"GPU {r['device_id']} NVTX {r['depth']}", "text": r["text"],
+             "start_ms": (r["start_ns"] - t0) / 1e6, "end_ms": (r["end_ns"] - t0) / 1e6, "dur_us": r["dur_ns"] / 1e3}
+            for r in _rows(data["nvtx"], ["device_id", "depth", "text", "start_ns", "end_ns", "dur_ns"],
+                           limit=MAX_MARKS // 4)
+            if r["device_id"] is not None and r["depth"] <= max_depth]
+    zoom = alt.selection_interval(bind="scales", encodings=["x"])
+    x = alt.X("start_ms:Q", title="time since first activity (ms)")
+    lanes = sorted({r["lane"] for r in rows} | {r["lane"] for r in nvtx})
+    y = alt.Y("lane:N", title=None, sort=lanes)
+    bars = alt.Chart(_data(rows)).mark_bar(height=14).encode(
+        x=x, x2="end_ms:Q", y=y,
+        color=alt.Color("state:N", title="on the GPU", scale=alt.Scale(domain=list(STATE_COLORS),
+                                                                      range=list(STATE_COLORS.values()))),
+        tooltip=["lane:N", "state:N", alt.Tooltip("start_ms:Q", format=".3f"), alt.Tooltip("dur_us:Q", format=".1f")],
+    )
+    layers = [bars]
+    if nvtx:
+        layers.append(alt.Chart(_data(nvtx)).mark_bar(height=12, color="#d4d4d4", stroke="#888", strokeWidth=0.5)
+                      .encode(x=x, x2="end_ms:Q", y=y,
+                              tooltip=["text:N", alt.Tooltip("start_ms:Q", format=".3f"),
+                                       alt.Tooltip("dur_us:Q", format=".1f")]))
+    return alt.layer(*layers).add_params(zoom).properties(
+        width=900, height=max(60, 24 * len(lanes)),
+        title=f"GPU activity{_cut_note(seg)}: drag to pan, scroll to zoom")
+
+
+@chart("kernels", help="slowdown of each kernel signature, split into the part each resource explains")
+def slowdown_parts(data: dict[str, pa.Table], options: dict) -> alt.TopLevelMixin | None:
+    rows = []
+    kernels = _rows(data["kernels"], limit=int(options.get("top", 20)))
+    for r, label in zip(kernels, _signature_labels(kernels), strict=True):
+        for f in FACTORS:
+            if r.get(f) is not None:
+                rows.append({"kernel": label, "part": f, "value": r[f], "slowdown": r["slowdown"],
+                             "class": r["class"], "name": r["name"]})
+    if not rows:
+        return None
+    order = list(dict.fromkeys(r["kernel"] for r in rows))
+    return alt.Chart(_data(rows)).mark_bar().encode(
+        y=alt.Y("kernel:N", sort=order, title=None, axis=alt.Axis(labelLimit=420)),
+        x=alt.X("sum(value):Q", title="slowdown explained (t1/t0 - 1)", axis=alt.Axis(format="%")),
+        color=alt.Color("part:N", scale=alt.Scale(domain=list(FACTORS), range=list(FACTOR_COLORS)), title="cause"),
+        order=alt.Order("part:N"),
+        tooltip=["name:N", "part:N", alt.Tooltip("value:Q", format="+.1%"), alt.Tooltip("slowdown:Q", format="+.1%"),
+                 "class:N"],
+    ).properties(width=520, title="Slowdown per kernel signature and what explains it")
+
+
+@chart("kernels", help="overlap fraction against slowdown, one point per kernel signature")
+def overlap_vs_slowdown(data: dict[str, pa.Table], options: dict) -> alt.TopLevelMixin | None:
+    rows = [r for r in _rows(data["kernels"], ["run", "run_id", "device_id", "short_name", "name", "overlap_fraction",
+                                               "slowdown", "class", "n_overlapped", "corunner_kind"])
+            if r["overlap_fraction"] is not None and r["slowdown"] is not None]
+    if not rows:
+        return None
+    return alt.Chart(_data(rows)).mark_circle(opacity=0.75).encode(
+        x=alt.X("overlap_fraction:Q", title="overlap fraction f", scale=alt.Scale(domain=[0, 1])),
+        y=alt.Y("slowdown:Q", title="slowdown t1/t0 - 1", axis=alt.Axis(format="%")),
+        color=alt.Color("class:N", title="class"),
+        size=alt.Size("n_overlapped:Q", title="overlapped instances"),
+        tooltip=["run:N", "device_id:Q", "name:N", alt.Tooltip("overlap_fraction:Q", format=".2f"),
+                 alt.Tooltip("slowdown:Q", format="+.1%"), "class:N", "corunner_kind:N"],
+    ).properties(width=520, height=320, title="Overlap fraction against slowdown").interactive()
+
+
+_METRIC_PAIRS = (("SMs Active (%)", "sm_active_pct"), ("DRAM bandwidth (% of peak)", "dram_pct"),
+                 ("GPC clock (MHz)", "gpc_clock_mhz"))
+
+
+@chart("kernels", help="GPU metrics during overlapped versus isolated instances of each kernel signature")
+def metrics_iso_vs_ovl(data: dict[str, pa.Table], options: dict) -> alt.TopLevelMixin | None:
+    rows = []
+    kernels = _rows(data["kernels"], limit=int(options.get("top", 12)))
+    for r, label in zip(kernels, _signature_labels(kernels, 50), strict=True):
+        for title, col in _METRIC_PAIRS:
+            for when, suffix in (("isolated", "_iso"), ("overlapped", "_ovl")):
+                v = r.get(col + suffix)
+                if v is not None:
+                    rows.append({"kernel": label, "metric": title, "when": when, "value": v, "name": r["name"]})
+    if not rows:
+        return None
+    return alt.Chart(_data(rows)).mark_bar().encode(
+        y=alt.Y("when:N", title=None), x=alt.X("value:Q", title=None, stack=None),
+        color=alt.Color("when:N", scale=alt.Scale(domain=["isolated", "overlapped"], range=["#9ecae9", "#e45756"])),
+        row=alt.Row("kernel:N", title=None, header=alt.Header(labelAngle=0, labelAlign="left", labelLimit=400)),
+        column=alt.Column("metric:N", title=None),
+        tooltip=["name:N", "metric:N", "when:N", alt.Tooltip("value:Q", format=".1f")],
+    ).resolve_scale(x="independent").properties(width=200, height=36,
+                                                title="GPU metrics: isolated versus overlapped instances")
+
+
+@chart("summary", help="per device: time computing alone, overlapped, and communication left exposed")
+def device_time(data: dict[str, pa.Table], options: dict) -> alt.TopLevelMixin | None:
+    rows = []
+    for r in _rows(data["summary"]):
+        if r.get("nvtx") is not None or r["compute_ns"] is None:
+            continue
+        dev = f"{r.get('run') or r['run_id']} · GPU {r['device_id']}"
+        overlap = r["overlap_ns"] or 0
+        rows += [{"device": dev, "part": "compute alone", "ms": (r["compute_ns"] - overlap) / 1e6},
+                 {"device": dev, "part": "overlapped", "ms": overlap / 1e6},
+                 {"device": dev, "part": "exposed communication", "ms": (r["exposed_comm_ns"] or 0) / 1e6}]
+    if not rows:
+        return None
+    parts = ["compute alone", "overlapped", "exposed communication"]
+    return alt.Chart(_data(rows)).mark_bar().encode(
+        y=alt.Y("device:N", title=None, axis=alt.Axis(labelLimit=300)),
+        x=alt.X("ms:Q", title="GPU time (ms)"),
+        color=alt.Color("part:N", scale=alt.Scale(domain=parts, range=["#4c78a8", "#72b7b2", "#e45756"]), title=None),
+        order=alt.Order("part_order:Q"),
+        tooltip=["device:N", "part:N", alt.Tooltip("ms:Q", format=".3f")],
+    ).transform_calculate(part_order=f"indexof({parts!r}, datum.part)").properties(
+        width=520, title="Where GPU time went: compute alone, overlapped, communication exposed")
+
+
+@chart("modes", help="the microbenchmark's four modes side by side: time per iteration")
+def microbench(data: dict[str, pa.Table], options: dict) -> alt.TopLevelMixin | None:
+    modes = ["compute", "comm", "sequential", "overlapped"]
+    rows = [dict(r, iter_ms=r["iter_ns"] / 1e6, config=f"{r['dtype']} · {r.get('run') or r['run_id']}")
+            for r in _rows(data["modes"]) if r["device_id"] is not None]
+    if not rows:
+        return None
+    return alt.Chart(_data(rows)).mark_bar().encode(
+        x=alt.X("mode:N", sort=modes, title=None, axis=alt.Axis(labels=False, ticks=False)),
+        y=alt.Y("mean(iter_ms):Q", title="time per iteration (ms), mean over GPUs"),
+        color=alt.Color("mode:N", sort=modes, scale=alt.Scale(domain=modes,
+                                                               range=["#4c78a8", "#e45756", "#bab0ac", "#72b7b2"])),
+        column=alt.Column("config:N", title=None, header=alt.Header(labelAngle=-30, labelAlign="right")),
+        row=alt.Row("op:N", title=None),
+        tooltip=["op:N", "dtype:N", "mode:N", "max_ctas:N", alt.Tooltip("mean(iter_ms):Q", format=".3f")],
+    ).properties(width=54, height=140, title="Microbenchmark modes: compute only, comm only, sequential, overlapped")
+
+
+@chart("effects", help="per configuration: compute slowdown when overlapped, and the gain of overlapping")
+def microbench_effects(data: dict[str, pa.Table], options: dict) -> alt.TopLevelMixin | None:
+    rows = []
+    for r in _rows(data["effects"]):
+        label = f"{r['op']} · {r['dtype']} · {r.get('run') or r['run_id']}"
+        for what in ("compute_slowdown", "sequential_over_overlapped"):
+            if r.get(what) is not None:
+                rows.append({"config": label, "measure": what.replace("_", " "), "value": r[what]})
+    if not rows:
+        return None
+    return alt.Chart(_data(rows)).mark_bar().encode(
+        y=alt.Y("config:N", title=None, axis=alt.Axis(labelLimit=300)),
+        x=alt.X("value:Q", title=None, axis=alt.Axis(format="%")),
+        color=alt.Color("measure:N", title=None),
+        yOffset="measure:N",
+        tooltip=["config:N", "measure:N", alt.Tooltip("value:Q", format="+.1%")],
+    ).properties(width=420, title="Compute slowdown when overlapped (Σ compute kernel time vs compute only), and "
+                                  "how much longer sequential runs than overlapped")
+
+
+@chart("power", help="NVML power samples over time, per GPU, against the enforced limit")
+def power(data: dict[str, pa.Table], options: dict) -> alt.TopLevelMixin | None:
+    table = data["power"]
+    if table.num_rows == 0:
+        return None
+    t0 = pc.min(table["ts_ns"]).as_py()
+    rows = [{"t_s": (r["ts_ns"] - t0) / 1e9, "power_w": r["power_w"], "gpu": f"GPU {r['device_id']}",
+             "sm_clock_mhz": r["sm_clock_mhz"], "limit_w": r["power_limit_w"], "run": r.get("run")}
+            for r in _rows(table, ["ts_ns", "power_w", "device_id", "sm_clock_mhz", "power_limit_w", "run"])]
+    zoom = alt.selection_interval(bind="scales", encodings=["x"])
+    base = alt.Chart(_data(rows)).encode(x=alt.X("t_s:Q", title="time since first sample (s)"))
+    line = base.mark_line(interpolate="step-after").encode(
+        y=alt.Y("power_w:Q", title="power (W)"), color=alt.Color("gpu:N", title=None),
+        tooltip=["gpu:N", alt.Tooltip("t_s:Q", format=".3f"), alt.Tooltip("power_w:Q", format=".0f"),
+                 alt.Tooltip("sm_clock_mhz:Q", format=".0f")])
+    limit = base.mark_line(strokeDash=[4, 4], color="#888").encode(y="max(limit_w):Q", x=alt.X("t_s:Q"))
+    return alt.layer(line, limit).add_params(zoom).properties(
+        width=900, height=220, title=f"Power over time (dashed: enforced limit){_cut_note(table)}")
+
+
+@chart("power", help="SM clock samples over time, per GPU")
+def clocks(data: dict[str, pa.Table], options: dict) -> alt.TopLevelMixin | None:
+    table = data["power"]
+    if table.num_rows == 0:
+        return None
+    t0 = pc.min(table["ts_ns"]).as_py()
+    rows = [{"t_s": (r["ts_ns"] - t0) / 1e9, "sm_clock_mhz": r["sm_clock_mhz"], "gpu": f"GPU {r['device_id']}"}
+            for r in _rows(table, ["ts_ns", "sm_clock_mhz", "device_id"])]
+    return alt.Chart(_data(rows)).mark_line(interpolate="step-after").encode(
+        x=alt.X("t_s:Q", title="time since first sample (s)"), y=alt.Y("sm_clock_mhz:Q", title="SM clock (MHz)"),
+        color=alt.Color("gpu:N", title=None),
+    ).properties(width=900, height=160, title="SM clock over time").interactive(bind_y=False)
+
+
+@chart("totals", help="the kernels that took the most GPU time, by kind")
+def kernel_time(data: dict[str, pa.Table], options: dict) -> alt.TopLevelMixin | None:
+    rows = [dict(r, ms=r["total_ns"] / 1e6,
+                 kernel=f"{r.get('run') or r['run_id']} · GPU {r['device_id']} · {(r['short_name'] or '')[:60]}")
+            for r in _rows(data["totals"], limit=int(options.get("top", 25)))]
+    if not rows:
+        return None
+    return alt.Chart(_data(rows)).mark_bar().encode(
+        y=alt.Y("kernel:N", sort="-x", title=None, axis=alt.Axis(labelLimit=420)),
+        x=alt.X("ms:Q", title="total GPU time (ms)"), color=alt.Color("kind:N"),
+        tooltip=["name:N", "kind:N", "family:N", "n:Q", alt.Tooltip("ms:Q", format=".3f"),
+                 alt.Tooltip("share:Q", format=".1%")],
+    ).properties(width=520, title="Kernels by total GPU time")
+
+
+@chart("summary", help="per run: compute slowdown and hidden communication, side by side")
+def run_comparison(data: dict[str, pa.Table], options: dict) -> alt.TopLevelMixin | None:
+    rows = []
+    for r in _rows(data["summary"]):
+        if r.get("nvtx") is not None:
+            continue
+        dev = f"{r.get('run') or r['run_id']} · GPU {r['device_id']}"
+        for what in ("compute_slowdown", "hidden_comm_fraction", "overlap_fraction"):
+            if r.get(what) is not None:
+                rows.append({"device": dev, "measure": what.replace("_", " "), "value": r[what]})
+    if not rows:
+        return None
+    return alt.Chart(_data(rows)).mark_bar().encode(
+        y=alt.Y("device:N", title=None, axis=alt.Axis(labelLimit=300)),
+        x=alt.X("value:Q", title=None, axis=alt.Axis(format="%")),
+        color=alt.Color("measure:N", title=None), yOffset="measure:N",
+        tooltip=["device:N", "measure:N", alt.Tooltip("value:Q", format=".1%")],
+    ).properties(width=420, title="Runs compared: compute slowdown, hidden communication, overlap fraction")
