@@ -71,8 +71,10 @@ def timeline(data: dict[str, pa.Table], options: dict) -> alt.TopLevelMixin | No
     seg = data["segments"]
     if seg.num_rows == 0:
         return None
-    t0 = min(pc.min(seg["start_ns"]).as_py(), *(
-        [pc.min(data["nvtx"]["start_ns"]).as_py()] if data["nvtx"].num_rows else []))
+    starts = [pc.min(seg["start_ns"]).as_py()]
+    if data["nvtx"].num_rows:
+        starts.append(pc.min(data["nvtx"]["start_ns"]).as_py())
+    t0 = min(starts)
     rows = [{"lane": f"GPU {r['device_id']}", "state": r["state"], "start_ms": (r["start_ns"] - t0) / 1e6,
              "end_ms": (r["end_ns"] - t0) / 1e6, "dur_us": r["dur_ns"] / 1e3, "run": r.get("run")}
             for r in _rows(seg, ["device_id", "state", "start_ns", "end_ns", "dur_ns", "run"])]
