@@ -1,7 +1,8 @@
 -- _activity_dram: every GPU activity with the DRAM bandwidth it uses when it runs alone.
 -- A kernel takes the device-wide DRAM rate measured during its signature's isolated instances (nothing else
--- on the device); a copy without isolated instances is estimated from its bytes (a same-device copy reads
--- and writes them). Activities with neither (no GPU metrics) count 0.
+-- on the device), else the isolated rate Nsight Compute measured for its signature (_ncu_demand); a copy
+-- without isolated instances is estimated from its bytes (a same-device copy reads and writes them).
+-- Activities with neither (no GPU metrics, no profile) count 0.
 -- columns:
 --   run_id       VARCHAR  run
 --   device_id    INTEGER  physical GPU
@@ -10,6 +11,7 @@
 --   global_pid   BIGINT   process (NULL for copies)
 --   correlation_id BIGINT correlation id (NULL for copies)
 --   dram_pct     DOUBLE   DRAM read + write bandwidth it uses alone (% of peak)
+--   working_set_bytes DOUBLE working set of a profiled kernel (bytes, Nsight Compute; NULL otherwise)
 WITH acts AS (
     SELECT k.run_id, k.device_id, k.start_ns, k.end_ns, k.global_pid, k.correlation_id,
            k.name || '|' || concat_ws('x', k.grid_x, k.grid_y, k.grid_z) || '|'
@@ -44,10 +46,15 @@ WITH acts AS (
            CASE WHEN coalesce(c1, 0) - coalesce(c0, 0) > 0 THEN (v1 - coalesce(v0, 0)) / (c1 - coalesce(c0, 0))
                 ELSE around END AS dram_pct
     FROM at_end
+), profiled AS (
+    SELECT run_id, device_id, name || '|' || grid || '|' || block || '|' || dynamic_smem_bytes AS sig,
+           dram_pct, working_set_bytes
+    FROM _ncu_demand
 ), rates AS (
     SELECT run_id, device_id, sig, sum(dram_pct * dur_ns) / sum(dur_ns) AS dram_pct
     FROM measured WHERE dram_pct IS NOT NULL GROUP BY ALL
 )
 SELECT i.run_id, i.device_id, i.start_ns, i.end_ns, i.global_pid, i.correlation_id,
-       coalesce(r.dram_pct, i.estimate, 0) AS dram_pct
+       coalesce(r.dram_pct, p.dram_pct, i.estimate, 0) AS dram_pct, p.working_set_bytes
 FROM isolated i LEFT JOIN rates r USING (run_id, device_id, sig)
+LEFT JOIN profiled p USING (run_id, device_id, sig)

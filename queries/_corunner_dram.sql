@@ -1,31 +1,42 @@
 -- _corunner_dram: per compute kernel instance, the DRAM bandwidth its co-runners use when they run alone,
--- averaged over the time they overlap it (the demand they bring, before any interference).
+-- averaged over the time they overlap it (the demand they bring, before any interference), and the working set
+-- of its profiled co-runners (Nsight Compute), averaged the same way.
 -- columns:
 --   run_id          VARCHAR  run
 --   global_pid      BIGINT   launching process
 --   correlation_id  BIGINT   launch correlation id
 --   own_dram_pct    DOUBLE   the kernel's own isolated DRAM rate (% of peak)
 --   co_dram_pct     DOUBLE   co-runners' isolated DRAM rate while overlapping it (% of peak)
+--   co_working_set_bytes DOUBLE summed working sets of profiled co-runners while overlapping it (bytes; NULL if none)
 WITH edges AS (
-    SELECT run_id, device_id, start_ns AS t, dram_pct AS d FROM _activity_dram
+    SELECT run_id, device_id, start_ns AS t, dram_pct AS d, coalesce(working_set_bytes, 0) AS w,
+           (working_set_bytes IS NOT NULL)::INT AS p FROM _activity_dram
     UNION ALL
-    SELECT run_id, device_id, end_ns AS t, -dram_pct AS d FROM _activity_dram
+    SELECT run_id, device_id, end_ns AS t, -dram_pct AS d, -coalesce(working_set_bytes, 0) AS w,
+           -(working_set_bytes IS NOT NULL)::INT AS p FROM _activity_dram
 ), deltas AS (
-    SELECT run_id, device_id, t, sum(d) AS d FROM edges GROUP BY ALL
+    SELECT run_id, device_id, t, sum(d) AS d, sum(w) AS w, sum(p) AS p FROM edges GROUP BY ALL
 ), levels AS (
-    SELECT run_id, device_id, t, sum(d) OVER w AS rate,
+    SELECT run_id, device_id, t, sum(d) OVER w AS rate, sum(w) OVER w AS ws, sum(p) OVER w AS profiled,
            coalesce(lead(t) OVER (PARTITION BY run_id, device_id ORDER BY t) - t, 0) AS len
     FROM deltas
     WINDOW w AS (PARTITION BY run_id, device_id ORDER BY t ROWS UNBOUNDED PRECEDING)
 ), cum AS (
     SELECT run_id, device_id, t,
-           coalesce(sum(len * rate) OVER (PARTITION BY run_id, device_id ORDER BY t
-                                          ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS r
+           coalesce(sum(len * rate) OVER before, 0) AS r,
+           coalesce(sum(len * ws) OVER before, 0) AS rw,
+           -- integral of the number of profiled activities: beyond the kernel's own, a profiled co-runner overlapped
+           coalesce(sum(len * profiled) OVER before, 0) AS rp
     FROM levels
+    WINDOW before AS (PARTITION BY run_id, device_id ORDER BY t ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
 )
 SELECT o.run_id, o.global_pid, o.correlation_id, a.dram_pct AS own_dram_pct,
        CASE WHEN o.overlap_ns > 0
-            THEN greatest(0, (ce.r - cs.r) - a.dram_pct * o.dur_ns) / o.overlap_ns END AS co_dram_pct
+            THEN greatest(0, (ce.r - cs.r) - a.dram_pct * o.dur_ns) / o.overlap_ns END AS co_dram_pct,
+       CASE WHEN o.overlap_ns > 0
+                 AND (ce.rp - cs.rp) - (a.working_set_bytes IS NOT NULL)::INT * o.dur_ns > 0
+            THEN greatest(0, (ce.rw - cs.rw) - coalesce(a.working_set_bytes, 0) * o.dur_ns) / o.overlap_ns
+       END AS co_working_set_bytes
 FROM kernel_overlap o
 JOIN _activity_dram a ON a.run_id = o.run_id AND a.global_pid = o.global_pid AND a.correlation_id = o.correlation_id
      AND a.start_ns = o.start_ns

@@ -6,6 +6,10 @@
 -- DRAM: combined isolated demand over 90% of peak, plus the remaining loss when both victim and co-runners move
 -- DRAM traffic (>= 10% of peak each) without extra bytes; cache: DRAM bytes that appear only under overlap
 -- (>= 25% more than victim and co-runners move alone); link: NVLink/PCIe busy (>= 30%) while nothing else explains.
+-- Nsight Compute demand (_ncu_demand), where a profile matches the signature: its CTAs per SM are the occupancy of
+-- the wave model; its isolated DRAM rate stands in for the victim's when GPU metrics did not measure one; without
+-- GPU metrics, cache evidence is an isolated L2 hit rate >= 50% with a working set that fits in L2 alone but not
+-- beside the profiled co-runners' working sets.
 -- columns:
 --   run_id               VARCHAR  run
 --   device_id            INTEGER  physical GPU
@@ -30,7 +34,7 @@
 --   comm_sm_share        DOUBLE   communication kernels' SM share over the overlapped instances
 --   corunner_kind        VARCHAR  kind that overlapped longest: comm, compute, copy
 --   corunner_sms         DOUBLE   SMs held by co-runners while overlapped
---   occupancy            BIGINT   CTAs per SM from the launch configuration
+--   occupancy            BIGINT   CTAs per SM in the wave model: Nsight Compute's, else the launch configuration's
 --   sm_predicted         DOUBLE   SM (wave) model's slowdown while overlapped
 --   significant          BOOLEAN  slowdown beyond 2x the baseline spread (and 1%)
 --   sm                   DOUBLE   part of the slowdown explained by SMs taken
@@ -50,42 +54,73 @@
 --   nvlink_pct_ovl       DOUBLE   witness: NVLink, overlapped instances (% of peak)
 --   pcie_pct_ovl         DOUBLE   witness: PCIe, overlapped instances (% of peak)
 --   co_dram_pct          DOUBLE   witness: co-runners' isolated DRAM rate while overlapping (% of peak)
-WITH base AS (
+--   occupancy_source     VARCHAR  where occupancy comes from: ncu or launch
+--   launch_occupancy     BIGINT   CTAs per SM the launch configuration and device limits allow
+--   ncu_match            VARCHAR  Nsight Compute profile of the signature: exact, name or unmatched (ncu_match)
+--   ncu_ctas_per_sm      INTEGER  witness: CTAs per SM measured by Nsight Compute (NULL if none applies)
+--   ncu_dram_pct         DOUBLE   witness: isolated DRAM throughput under Nsight Compute (% of peak)
+--   ncu_l2_hit_pct       DOUBLE   witness: isolated L2 hit rate under Nsight Compute (%)
+--   ncu_working_set_bytes DOUBLE  witness: DRAM bytes read + written alone under Nsight Compute (bytes)
+--   co_working_set_bytes DOUBLE   witness: profiled co-runners' working sets while overlapping (bytes)
+--   l2_bytes             BIGINT   witness: the device's L2 size (bytes)
+--   cache_evidence       VARCHAR  cache evidence found: dram_bytes (extra traffic under overlap), ncu_working_set, NULL
+WITH demand AS (
+    SELECT k.*, k.occupancy AS launch_occupancy, coalesce(n.ctas_per_sm, k.occupancy) AS occ,
+           CASE WHEN n.ctas_per_sm IS NOT NULL THEN 'ncu' ELSE 'launch' END AS occupancy_source,
+           coalesce(n.match, 'unmatched') AS ncu_match, n.ctas_per_sm AS ncu_ctas_per_sm, n.dram_pct AS ncu_dram_pct,
+           n.l2_hit_pct AS ncu_l2_hit_pct, n.working_set_bytes AS ncu_working_set_bytes, d.l2_bytes,
+           -- the victim's DRAM demand alone: measured by GPU metrics, else by Nsight Compute
+           coalesce(k.dram_pct_iso, n.dram_pct) AS dram_iso
+    FROM kernel_signatures k
+    LEFT JOIN _ncu_demand n ON n.run_id = k.run_id AND n.device_id = k.device_id AND n.name = k.name
+         AND n.grid = k.grid AND n.block = k.block AND n.dynamic_smem_bytes IS NOT DISTINCT FROM k.dynamic_smem_bytes
+    LEFT JOIN devices d ON d.run_id = k.run_id AND d.device_id = k.device_id
+), base AS (
     SELECT *, t1_ns / t0_ns - 1 AS s,
            overlap_fraction AS f,
-           ctas / (occupancy * sm_count)::DOUBLE AS waves
-    FROM kernel_signatures
+           ctas / (occ * sm_count)::DOUBLE AS waves
+    FROM demand
 ), models AS (
     SELECT *,
         CASE WHEN corunner_sms IS NULL OR sm_count IS NULL THEN 0
              WHEN corunner_sms >= sm_count - 0.5 THEN NULL
              WHEN corunner_sms <= 0 THEN 0
              -- a grid smaller than the SMs left free does not notice the co-runner
-             WHEN waves < 0.9 AND ctas <= occupancy * (sm_count - corunner_sms) THEN 0
-             WHEN waves < 0.9 THEN ceil(ctas / (occupancy * (sm_count - corunner_sms))) - 1
+             WHEN waves < 0.9 AND ctas <= occ * (sm_count - corunner_sms) THEN 0
+             WHEN waves < 0.9 THEN ceil(ctas / (occ * (sm_count - corunner_sms))) - 1
              -- persistent kernels (about one full wave) and many waves: throughput scales with free SMs
              WHEN waves <= 1.0 OR waves >= 4 THEN sm_count / (sm_count - corunner_sms) - 1
-             ELSE ceil(ctas / (occupancy * (sm_count - corunner_sms))) / ceil(ctas / (occupancy * sm_count)) - 1
+             ELSE ceil(ctas / (occ * (sm_count - corunner_sms))) / ceil(ctas / (occ * sm_count)) - 1
         END AS sm_predicted,
         CASE WHEN gpc_clock_mhz_iso > 0 AND gpc_clock_mhz_ovl > 0 THEN gpc_clock_mhz_iso / gpc_clock_mhz_ovl - 1
              ELSE 0 END AS e_clock,
         -- DRAM bytes: measured over the overlapped instances, against what victim and co-runners move alone
         -- (co-runners assumed stretched like the victim, so their bytes scale with t0, not t1)
         dram_pct_ovl * t1_ns AS bytes_measured,
-        dram_pct_iso * t0_ns + coalesce(co_dram_pct, 0) * f * t0_ns AS bytes_expected
+        dram_iso * t0_ns + coalesce(co_dram_pct, 0) * f * t0_ns AS bytes_expected
     FROM base
+), tests AS (
+    SELECT *,
+        -- cache, measured: DRAM traffic that only appears under overlap (the victim's working set no longer fits)
+        bytes_measured - bytes_expected >= greatest(0.25 * bytes_expected, 5 * t0_ns) AS bytes_test,
+        -- cache, predicted from Nsight Compute: reuse in L2 alone, a working set that fits alone but not beside
+        -- the co-runners' (DRAM bytes of a cold-L2 run bound the data a kernel touches from above)
+        ncu_l2_hit_pct >= 50 AND ncu_working_set_bytes <= l2_bytes
+            AND ncu_working_set_bytes + co_working_set_bytes > l2_bytes AS ncu_cache_test
+    FROM models
 ), factors AS (
     SELECT *,
         coalesce(f * sm_predicted, 0) AS e_sm,
         -- combined demand over the sustainable peak: the bandwidth share lost to the co-runners
-        coalesce(f * greatest(0, (dram_pct_iso + co_dram_pct) / 90.0 - 1), 0) AS e_dram,
-        -- cache: DRAM traffic that only appears under overlap (the victim's working set no longer fits)
-        coalesce(bytes_measured - bytes_expected >= greatest(0.25 * bytes_expected, 5 * t0_ns), false)
-            AS cache_evidence,
+        coalesce(f * greatest(0, (dram_iso + co_dram_pct) / 90.0 - 1), 0) AS e_dram,
+        -- a measurement, where GPU metrics allow one, wins over the prediction
+        coalesce(bytes_test, ncu_cache_test, false) AS cache_evidence,
+        CASE WHEN bytes_test THEN 'dram_bytes' WHEN bytes_test IS NULL AND ncu_cache_test THEN 'ncu_working_set' END
+            AS cache_source,
         -- DRAM contention below saturation (queueing): both sides move DRAM traffic, no extra bytes
-        coalesce(dram_pct_iso >= 10 AND co_dram_pct >= 10, false) AS dram_evidence,
+        coalesce(dram_iso >= 10 AND co_dram_pct >= 10, false) AS dram_evidence,
         coalesce(greatest(nvlink_pct_ovl, pcie_pct_ovl), 0) >= 30 AS link_evidence
-    FROM models
+    FROM tests
 ), combined AS (
     SELECT *,
         -- what clock leaves, then SM and DRAM saturation scaled down together if they over-explain it
@@ -126,7 +161,7 @@ WITH base AS (
 SELECT run_id, device_id, nvtx, name, short_name, grid, block, dynamic_smem_bytes, n, n_overlapped, n_isolated,
        t0_ns, t0_spread, t1_ns, sum_t1_ns, s AS slowdown,
        CASE WHEN f >= 0.2 AND s IS NOT NULL THEN 1 / ((t0_ns / t1_ns - (1 - f)) / f) - 1 END AS in_overlap_slowdown,
-       overlap_fraction, comm_fraction, sm_share, comm_sm_share, corunner_kind, corunner_sms, occupancy,
+       overlap_fraction, comm_fraction, sm_share, comm_sm_share, corunner_kind, corunner_sms, occ AS occupancy,
        sm_predicted, coalesce(sig, false) AS significant,
        p_sm AS sm, p_dram AS dram_bw, p_cache AS cache, p_clock AS clock, p_link AS link,
        CASE WHEN s IS NOT NULL THEN s - p_sm - p_dram - p_cache - p_clock - p_link END AS residual,
@@ -144,10 +179,13 @@ SELECT run_id, device_id, nvtx, name, short_name, grid, block, dynamic_smem_byte
             WHEN n_isolated = 0 THEN 'no isolated instance to compare with (give --baseline)'
             WHEN NOT sig THEN 'within 2x the baseline spread'
             WHEN s <= 0 THEN 'faster when overlapped'
-            WHEN dram_pct_ovl IS NULL THEN 'no GPU metrics: only the SM model could be applied'
+            WHEN dram_pct_ovl IS NULL AND ncu_dram_pct IS NULL THEN 'no GPU metrics: only the SM model could be applied'
+            WHEN dram_pct_ovl IS NULL THEN 'no GPU metrics: only the SM model and Nsight Compute demand could be applied'
             WHEN p_sm + p_dram + p_cache + p_clock + p_link < 0.5 * s
                  AND greatest(p_sm, p_dram, p_cache, p_clock, p_link) < 0.5 * s THEN 'no factor reaches its threshold'
        END AS reason,
        dram_pct_iso, dram_pct_ovl, gpc_clock_mhz_iso, gpc_clock_mhz_ovl, sm_active_pct_iso, sm_active_pct_ovl,
-       nvlink_pct_ovl, pcie_pct_ovl, co_dram_pct
+       nvlink_pct_ovl, pcie_pct_ovl, co_dram_pct, occupancy_source, launch_occupancy, ncu_match, ncu_ctas_per_sm,
+       ncu_dram_pct, ncu_l2_hit_pct, ncu_working_set_bytes, co_working_set_bytes, l2_bytes,
+       cache_source AS cache_evidence
 FROM attributed

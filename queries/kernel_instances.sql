@@ -30,11 +30,12 @@
 --   nvlink_pct          DOUBLE   NVLink user data during the kernel (% of peak)
 --   pcie_pct            DOUBLE   PCIe during the kernel (% of peak)
 --   co_dram_pct         DOUBLE   co-runners' isolated DRAM rate while overlapping it (% of peak)
+--   co_working_set_bytes DOUBLE  profiled co-runners' working sets while overlapping it (bytes, Nsight Compute)
 SELECT o.run_id, o.device_id, o.global_pid, o.correlation_id, g.nvtx, o.name, o.short_name, o.grid, o.block,
        o.dynamic_smem_bytes, o.ctas, o.threads_per_block, o.regs_per_thread, o.static_smem_bytes, o.start_ns,
        o.dur_ns, o.overlap_ns, o.comm_overlap_ns, o.overlap_fraction, o.corunner_kind, o.corunner_sms, o.sm_share,
        o.comm_sm_share, o.sm_count, m.sm_active_pct, m.dram_pct, m.gpc_clock_mhz, m.nvlink_pct, m.pcie_pct,
-       c.co_dram_pct
+       c.co_dram_pct, c.co_working_set_bytes
 FROM kernel_overlap o
 LEFT JOIN kernel_metrics m USING (run_id, device_id, global_pid, correlation_id)
 LEFT JOIN _corunner_dram c USING (run_id, global_pid, correlation_id)

@@ -34,6 +34,7 @@
 --   nvlink_pct_ovl      DOUBLE   NVLink during overlapped instances (% of peak)
 --   pcie_pct_ovl        DOUBLE   PCIe during overlapped instances (% of peak)
 --   co_dram_pct         DOUBLE   co-runners' isolated DRAM rate while overlapping, overlap-weighted (% of peak)
+--   co_working_set_bytes DOUBLE  profiled co-runners' working sets while overlapping, overlap-weighted (bytes)
 WITH ovl AS (
     SELECT run_id, device_id, nvtx, name, grid, block, dynamic_smem_bytes,
            any_value(short_name) AS short_name, any_value(ctas) AS ctas, any_value(sm_count) AS sm_count,
@@ -60,7 +61,9 @@ WITH ovl AS (
            sum(pcie_pct * dur_ns) FILTER (overlap_ns > 0)
                / sum(dur_ns) FILTER (overlap_ns > 0 AND pcie_pct IS NOT NULL) AS pcie_pct_ovl,
            sum(co_dram_pct * overlap_ns) FILTER (overlap_ns > 0)
-               / sum(overlap_ns) FILTER (overlap_ns > 0 AND co_dram_pct IS NOT NULL) AS co_dram_pct
+               / sum(overlap_ns) FILTER (overlap_ns > 0 AND co_dram_pct IS NOT NULL) AS co_dram_pct,
+           sum(co_working_set_bytes * overlap_ns) FILTER (overlap_ns > 0)
+               / sum(overlap_ns) FILTER (overlap_ns > 0 AND co_working_set_bytes IS NOT NULL) AS co_working_set_bytes
     FROM kernel_instances GROUP BY run_id, device_id, nvtx, name, grid, block, dynamic_smem_bytes
 )
 SELECT o.run_id, o.device_id, o.nvtx, o.name, o.short_name, o.grid, o.block, o.dynamic_smem_bytes, o.ctas,
@@ -75,7 +78,8 @@ SELECT o.run_id, o.device_id, o.nvtx, o.name, o.short_name, o.grid, o.block, o.d
        o.sm_count, o.n, o.n_overlapped, coalesce(b.n_isolated, 0) AS n_isolated, b.t0_ns, b.t0_spread,
        o.t1_ns, o.sum_t1_ns, o.overlap_fraction, o.comm_fraction, o.corunner_kind, o.corunner_sms, o.sm_share,
        o.comm_sm_share, b.dram_pct_iso, o.dram_pct_ovl, b.gpc_clock_mhz_iso, o.gpc_clock_mhz_ovl,
-       b.sm_active_pct_iso, o.sm_active_pct_ovl, o.nvlink_pct_ovl, o.pcie_pct_ovl, o.co_dram_pct
+       b.sm_active_pct_iso, o.sm_active_pct_ovl, o.nvlink_pct_ovl, o.pcie_pct_ovl, o.co_dram_pct,
+       o.co_working_set_bytes
 FROM ovl o
 LEFT JOIN _baselines b ON b.run_id = o.run_id AND b.device_id = o.device_id AND b.name = o.name
      AND b.grid = o.grid AND b.block = o.block AND b.dynamic_smem_bytes = o.dynamic_smem_bytes

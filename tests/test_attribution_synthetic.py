@@ -427,7 +427,10 @@ KERNEL_KEYS = {"run_id", "device_id", "nvtx", "name", "short_name", "grid", "blo
                "overlap_fraction", "comm_fraction", "sm_share", "comm_sm_share", "corunner_kind", "corunner_sms",
                "occupancy", "sm_predicted", "explained", "residual", "class", "significant", "reason",
                "dram_pct_iso", "dram_pct_ovl", "gpc_clock_mhz_iso", "gpc_clock_mhz_ovl", "sm_active_pct_iso",
-               "sm_active_pct_ovl", "nvlink_pct_ovl", "pcie_pct_ovl", "co_dram_pct"}
+               "sm_active_pct_ovl", "nvlink_pct_ovl", "pcie_pct_ovl", "co_dram_pct",
+               # Nsight Compute witnesses (tests/test_attribute_ncu.py)
+               "occupancy_source", "launch_occupancy", "ncu_match", "ncu_ctas_per_sm", "ncu_dram_pct", "ncu_l2_hit_pct",
+               "ncu_working_set_bytes", "co_working_set_bytes", "l2_bytes", "cache_evidence"}
 
 
 def test_json_contract(result_a):

@@ -1,14 +1,17 @@
 """``traceql attribute``: overlap, slowdown and its attribution per kernel signature, all in SQL.
 
 The computation lives in ``queries/`` (``kernel_overlap``, ``kernel_signatures``,
-``kernel_attribution``, ``device_summary``); this module prepares inputs (ingesting raw traces,
-an NVTX grouping, an external baseline) and returns the result tables and the JSON contract.
+``kernel_attribution``, ``device_summary``); this module prepares inputs (ingesting raw traces and
+Nsight Compute reports, an NVTX grouping, an external baseline) and returns the result tables and
+the JSON contract.
 """
 
 from __future__ import annotations
 
 import math
+import shutil
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,7 +19,7 @@ import duckdb
 import pyarrow as pa
 
 from . import store
-from .errors import BadInputError, UsageError
+from .errors import BadInputError, MissingInputError, TraceqlError, UsageError
 
 JSON_SCHEMA_VERSION = 1
 FACTORS = ("sm", "dram_bw", "cache", "clock", "link")
@@ -113,16 +116,23 @@ KERNEL_COLUMNS = """run_id, device_id, nvtx, name, short_name, grid, block, dyna
     n_isolated, t0_ns, t0_spread, t1_ns, slowdown, in_overlap_slowdown, overlap_fraction, comm_fraction, sm_share,
     comm_sm_share, corunner_kind, corunner_sms, occupancy, sm_predicted, sm, dram_bw, cache, clock, link, residual,
     class, significant, reason, dram_pct_iso, dram_pct_ovl, gpc_clock_mhz_iso, gpc_clock_mhz_ovl, sm_active_pct_iso,
-    sm_active_pct_ovl, nvlink_pct_ovl, pcie_pct_ovl, co_dram_pct"""
+    sm_active_pct_ovl, nvlink_pct_ovl, pcie_pct_ovl, co_dram_pct, occupancy_source, launch_occupancy, ncu_match,
+    ncu_ctas_per_sm, ncu_dram_pct, ncu_l2_hit_pct, ncu_working_set_bytes, co_working_set_bytes, l2_bytes,
+    cache_evidence"""
 
 
 def attribute(inputs: list[str | Path] | str | Path, *, baseline: str | Path | None = None,
+              ncu: Sequence[str | Path] | str | Path | None = None,
               group_by_nvtx: str | None = None, focus: str = "any", workdir: str | Path | None = None,
               con: duckdb.DuckDBPyConnection | None = None) -> Attribution:
     """Attribute the slowdown of compute kernels overlapped with other GPU work.
 
     ``inputs``: run directories, nsys exports or reports (raw inputs are ingested first, into
     ``workdir`` or a temporary directory). ``baseline``: a run whose isolated instances give t0.
+    ``ncu``: Nsight Compute reports (``.ncu-rep``, ``.ncu-rep.xz``) or run directories holding
+    Nsight Compute runs, whose isolated-kernel counters the models use where a profile matches a
+    signature; each must match some kernel of the inputs. Nsight Compute runs that the input run
+    directories hold already are used without it.
     ``group_by_nvtx``: a glob; each kernel joins the innermost matching NVTX range of its launching
     thread. ``focus``: ``any`` co-runner (default) or only kernels overlapped by ``comm``.
     """
@@ -135,17 +145,21 @@ def attribute(inputs: list[str | Path] | str | Path, *, baseline: str | Path | N
         raise UsageError(f"focus {focus!r}: choose any or comm")
     if baseline is not None and Path(baseline) in inputs:
         raise UsageError(f"--baseline {baseline} is also an input: give the baseline run only once")
+    ncu_items = [Path(p) for p in ([ncu] if isinstance(ncu, str | Path) else ncu or [])]
     tmp = None
     if workdir is None:
         tmp = tempfile.TemporaryDirectory(prefix="traceql-attribute-")
         workdir = tmp.name
     try:
         dirs = _as_store(inputs, Path(workdir) / "runs")
-        con = store.connect(dirs, con)
+        ncu_dir, ncu_runs = _ncu_store(ncu_items, dirs, Path(workdir))
+        con = store.connect(dirs + ([ncu_dir] if ncu_dir else []), con)
         notes: list[str] = []
         if con.sql("SELECT count(*) FROM kernels").fetchall()[0][0] == 0:
             raise BadInputError(f"{', '.join(map(str, inputs))}: no CUDA kernels in the input; collect with "
                                 "`nsys profile -t cuda` (or `traceql collect`)")
+        _check_ncu(con, ncu_runs)
+        notes += _ncu_notes(con)
         if group_by_nvtx:
             con.execute("CREATE OR REPLACE TEMP TABLE _nvtx_glob AS SELECT $1::VARCHAR AS pattern", [group_by_nvtx])
             con.execute(NVTX_GROUPS_SQL)
@@ -186,3 +200,94 @@ def _use_baseline(con: duckdb.DuckDBPyConnection, baseline: Path, workdir: Path)
                             f"on {', '.join(sorted(run_gpus))}; a baseline must come from the same GPU model")
     con.register("_external_baseline", table)
     con.execute(EXTERNAL_BASELINE_SQL)
+
+
+def _ncu_store(items: list[Path], input_dirs: list[Path], workdir: Path) -> tuple[Path | None, dict[Path, list[str]]]:
+    """A run directory with the Nsight Compute runs of ``items`` that ``input_dirs`` do not hold already (None if
+    there are none), and each item's run ids. Only Nsight Compute runs are taken from a run directory: its traces
+    are not inputs. Reports are ingested on the way."""
+    from .ncu.ingest import FORMAT, ingest_ncu_report, is_ncu_report
+
+    have = {rid for d in input_dirs for rid in store.read_manifest(d)["runs"]}
+    out, scratch = workdir / "ncu", workdir / "ncu-ingest"
+    per_item: dict[Path, list[str]] = {}
+    for item in items:
+        try:
+            if store.is_store(item):
+                src, wanted = item, None
+            elif not item.exists():
+                raise MissingInputError(f"{item}: no such file or run directory")
+            elif item.is_dir() or not is_ncu_report(item):
+                raise BadInputError(f"{item}: not an Nsight Compute report (.ncu-rep, .ncu-rep.xz) nor a run "
+                                    "directory; give the report `ncu -o NAME` wrote (NAME.ncu-rep); traces are "
+                                    "inputs, not --ncu")
+            else:
+                src, wanted = scratch, ingest_ncu_report(item, scratch).run_id
+            runs = {rid: e for rid, e in store.read_manifest(src)["runs"].items()
+                    if e.get("format") == FORMAT and wanted in (None, rid)}
+            if not runs:
+                raise BadInputError(f"{item}: the run directory holds no Nsight Compute run; add a report with "
+                                    f"`traceql ingest REPORT.ncu-rep -o {item}`, or give the .ncu-rep file")
+        except TraceqlError as exc:
+            raise type(exc)(f"--ncu {exc}") from exc
+        per_item[item] = sorted(runs)
+        for rid, entry in runs.items():
+            if rid in have or (out / "runs" / rid).exists():
+                continue
+            shutil.copytree(src / "runs" / rid, out / "runs" / rid)
+            with store.locked_manifest(out) as manifest:
+                manifest["runs"][rid] = entry
+    return (out if store.is_store(out) else None), per_item
+
+
+def _check_ncu(con: duckdb.DuckDBPyConnection, ncu_runs: dict[Path, list[str]]) -> None:
+    """Refuse an ``--ncu`` report none of whose profiled kernels matches a kernel of the input."""
+    for item, run_ids in ncu_runs.items():
+        used = con.execute("SELECT count(*) FROM ncu_match WHERE match <> 'unmatched' "
+                           "AND list_has_any(ncu_run_ids, $1::VARCHAR[])", [run_ids]).fetchall()[0][0]
+        if used:
+            continue
+        ncu_gpus = {r[0] for r in con.execute("SELECT DISTINCT device_name FROM ncu_kernels "
+                                              "WHERE list_contains($1::VARCHAR[], run_id) AND device_name IS NOT NULL",
+                                              [run_ids]).fetchall()}
+        run_gpus = {r[0] for r in con.sql("SELECT DISTINCT name FROM devices WHERE name IS NOT NULL").fetchall()}
+        if ncu_gpus and run_gpus and not ncu_gpus & run_gpus:
+            raise BadInputError(f"--ncu {item}: profiled on {', '.join(sorted(ncu_gpus))}, but the input ran on "
+                                f"{', '.join(sorted(run_gpus))}; Nsight Compute counters must come from the same "
+                                "GPU model")
+        names = [r[0] for r in con.execute("SELECT DISTINCT short_name FROM ncu_kernels "
+                                           "WHERE list_contains($1::VARCHAR[], run_id) ORDER BY 1 LIMIT 4",
+                                           [run_ids]).fetchall()]
+        raise BadInputError(f"--ncu {item}: none of its profiled kernels ({', '.join(names)}) ran in the input; "
+                            "profile the same program (`traceql collect --ncu -- PROGRAM`)")
+
+
+def _ncu_notes(con: duckdb.DuckDBPyConnection) -> list[str]:
+    if con.sql("SELECT count(*) FROM ncu_kernels").fetchall()[0][0] == 0:
+        return []
+    n_runs, exact, by_name, total = con.sql("""
+        SELECT (SELECT count(DISTINCT run_id) FROM ncu_kernels), count(*) FILTER (match = 'exact'),
+               count(*) FILTER (match = 'name'), count(*)
+        FROM ncu_match WHERE kind = 'compute'""").fetchall()[0]
+    notes = [f"Nsight Compute: {n_runs} profile run(s); {exact + by_name} of {total} compute kernel signatures matched "
+             f"({exact} exact, {by_name} by name only); their counters are used where they apply (occupancy_source, "
+             "ncu_* columns)"]
+    lacking, names = con.execute("""
+        SELECT count(*) FILTER (list_has_any(missing, $1::VARCHAR[])),
+               list_sort(list_distinct(flatten(list(list_intersect(missing, $1::VARCHAR[])))))
+        FROM ncu_kernels""", [list(_NCU_METRICS_USED)]).fetchall()[0]
+    if lacking:
+        notes.append(f"Nsight Compute: {lacking} profiled kernel(s) lack metrics the models use ({', '.join(names)}): "
+                     "their ncu_* columns are NULL and the trace's own evidence stands in; collect with the sections "
+                     "`traceql collect --ncu` uses")
+    return notes
+
+
+def _ncu_metrics_used() -> tuple[str, ...]:
+    from .ncu import derive
+
+    limits = [n for w, n in derive.OCCUPANCY_LIMITS.items() if w not in derive.OPTIONAL_LIMITS]
+    return (*limits, derive.DRAM_THROUGHPUT[0], derive.L2_HIT[0], derive.DRAM_READ[0], derive.DRAM_WRITE[0])
+
+
+_NCU_METRICS_USED = _ncu_metrics_used()

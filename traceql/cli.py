@@ -102,7 +102,9 @@ def attribute(
                                                  show_default=False)],
     baseline: Annotated[Path | None, typer.Option(help="A run (or trace) whose isolated kernels give the baseline "
                                                        "t0, e.g. the same job without communication.")] = None,
-    ncu: Annotated[Path | None, typer.Option(help="Nsight Compute report with isolated-kernel counters.")] = None,
+    ncu: Annotated[list[Path], typer.Option(help="Nsight Compute report (.ncu-rep, .ncu-rep.xz) or run directory "
+                                                 "holding one: isolated-kernel counters for the models "
+                                                 "(repeatable).", metavar="REPORT|RUN_DIR")] = [],  # noqa: B006
     group_by_nvtx: Annotated[str | None, typer.Option(help="Group kernels by the innermost NVTX range of their "
                                                            "launching thread whose text matches this glob, "
                                                            "e.g. 'case:*' or 'forward*'.")] = None,
@@ -119,11 +121,9 @@ def attribute(
     from .attribute import attribute as do_attribute
     from .render import render_attribution
 
-    if ncu is not None:
-        raise TraceqlErrorUsage("--ncu needs Nsight Compute report support, which this traceql does not have yet")
     if fmt not in ("table", "json", "csv"):
         raise TraceqlErrorUsage(f"--format {fmt!r}: choose table, json or csv")
-    result = do_attribute(inputs, baseline=baseline, group_by_nvtx=group_by_nvtx, focus=focus)
+    result = do_attribute(inputs, baseline=baseline, ncu=ncu, group_by_nvtx=group_by_nvtx, focus=focus)
     if out_dir is not None:
         result.write(out_dir)
     sys.stdout.write(render_attribution(result, fmt, limit))
