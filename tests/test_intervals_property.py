@@ -36,7 +36,9 @@ activity = st.tuples(
 def workspace():
     """One run directory rewritten by every example, and one connection whose views read it."""
     root = Path(tempfile.mkdtemp(prefix="traceql-intervals-"))
-    make_store(root, kernels=[dict(start_ns=0, end_ns=1)], devices=[dict(sm_count=S)])
+    # every table the examples write starts non-empty: the connection's views list only files that held rows
+    make_store(root, kernels=[dict(start_ns=0, end_ns=1)], memcpy=[dict(start_ns=0, end_ns=1)],
+               memset=[dict(start_ns=0, end_ns=1)], devices=[dict(sm_count=S)])
     con = traceql.connect(root)
     yield root, con
     con.close()

@@ -20,6 +20,7 @@ import pyarrow as pa
 
 from . import store
 from .errors import BadInputError, MissingInputError, TraceqlError, UsageError
+from .queries_loader import materialize
 
 JSON_SCHEMA_VERSION = 1
 FACTORS = ("sm", "dram_bw", "cache", "clock", "link")
@@ -169,6 +170,7 @@ def attribute(inputs: list[str | Path] | str | Path, *, baseline: str | Path | N
                 con.sql("SELECT count(*) FROM memcpy WHERE is_peer").fetchall()[0][0] == 0:
             notes.append("no communication (NCCL kernels or peer copies) in the input: the results describe "
                          "overlap with other kernels and copies only")
+        materialize(con)  # the views read each other many times over: compute each once
         where = "WHERE comm_fraction > 0" if focus == "comm" else ""
         kernels = con.sql(f"""SELECT {KERNEL_COLUMNS} FROM kernel_attribution {where}
                               ORDER BY significant DESC, (t1_ns - t0_ns) * n_overlapped DESC NULLS LAST,

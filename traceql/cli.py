@@ -136,6 +136,43 @@ def attribute(
             raise typer.Exit(EXIT_FLAGGED)
 
 
+@app.command()
+def report(
+    inputs: Annotated[list[Path], typer.Argument(help="Run directories (or traces, ingested first).",
+                                                 show_default=False)],
+    out: Annotated[Path, typer.Option("-o", "--out", help="The HTML file to write.")] = Path("report.html"),
+    recipe: Annotated[str, typer.Option(help="A built-in recipe (overlap, kernels, microbench, power) or a "
+                                             "recipe .toml file of your own.")] = "overlap",
+    on_error: OnError = "raise",
+) -> None:
+    """Build a self-contained HTML report (charts and tables, no network needed) over one run or many."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from .report import report as do_report
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  transient=True, console=_stderr_console()) as bar:
+        task = bar.add_task("runs", total=None)
+
+        def progress(done: int, total: int, run: str, error: str | None) -> None:
+            bar.update(task, completed=done, total=total, description=f"run {run}")
+            if error is not None:
+                bar.console.print(f"traceql: skipped run {run}: {error}", markup=False, highlight=False)
+
+        result = do_report(inputs, out, recipe=recipe, on_error=on_error, progress=progress)
+    typer.echo(f"traceql: report of {len(result.runs)} run(s), {len(result.skipped)} skipped, "
+               f"in {result.seconds:.1f} s", err=True)
+    typer.echo(str(out))
+    if result.skipped:
+        raise typer.Exit(EXIT_BAD_INPUT)
+
+
+def _stderr_console():
+    from rich.console import Console
+
+    return Console(stderr=True)
+
+
 @app.command(context_settings={"allow_interspersed_args": False})
 def collect(
     cmd: Annotated[list[str], typer.Argument(help="The program and its arguments, after --.", show_default=False)],
