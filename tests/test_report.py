@@ -90,7 +90,8 @@ def test_builtin_recipes_load_and_name_known_views_and_charts():
 
 @pytest.mark.parametrize("text, message", [
     ("title = 'x'", "no [[section]]"),
-    ("[[section]]\ntitle='a'\nchart='timeline'\n[section.queries]\nsegments='timeline_segments'", "needs the queries nvtx"),
+    ("[[section]]\ntitle='a'\nchart='timeline'\n[section.queries]\nsegments='timeline_segments'",
+     "needs the queries nvtx"),
     ("[[section]]\ntitle='a'\ntable='t'\n[section.queries]\nt='no_such_view'", "no view 'no_such_view'"),
     ("[[section]]\ntitle='a'\nchart='pie'\n[section.queries]\nt='kernels'", "no chart 'pie'"),
     ("[[section]]\ntitle='a'\nscope='some'\ntable='t'\n[section.queries]\nt='kernels'", "scope 'some'"),
