@@ -42,6 +42,10 @@ class RunInfo:
     already: bool = False
     warnings: list[str] = field(default_factory=list)
 
+    def manifest_entry(self) -> dict:
+        """What the run store's manifest records of the run."""
+        return {k: v for k, v in asdict(self).items() if k not in ("already", "warnings")}
+
 
 def sha256_of(path: Path) -> str:
     h = hashlib.sha256()
@@ -119,17 +123,7 @@ def ingest_one(trace: str | Path, out: str | Path, *, require_kernels: bool = Tr
             return done.info
         if export.parent == tmp:
             export.unlink()
-        run_id = info.run_id
-        final = out / "runs" / run_id
-        final.parent.mkdir(exist_ok=True)
-        with store.locked_manifest(out) as manifest:
-            if run_id in manifest["runs"]:  # a parallel ingest of the same file won the race
-                info.already = True
-            else:
-                if final.exists():  # files of a run whose manifest entry never got written
-                    shutil.rmtree(final)
-                tmp.rename(final)
-                manifest["runs"][run_id] = {k: v for k, v in asdict(info).items() if k not in ("already", "warnings")}
+        info.already = not store.publish_run(out, tmp, info.run_id, info.manifest_entry())
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return info

@@ -15,6 +15,7 @@ import contextlib
 import fcntl
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Collection, Iterator, Sequence
 from pathlib import Path
@@ -70,6 +71,24 @@ def locked_manifest(root: Path) -> Iterator[dict]:
         with os.fdopen(fd, "w") as f:
             json.dump(manifest, f, indent=2, sort_keys=True)
         os.replace(tmp, root / MANIFEST)
+
+
+def publish_run(root: Path, staged: Path, run_id: str, entry: dict) -> bool:
+    """Move a run written in ``staged`` to ``root/runs/run_id`` and list it in the manifest, under the lock.
+
+    False when the manifest holds the run already (a parallel ingest of the same file won the race); ``staged``
+    is then left where it is, for the caller to remove.
+    """
+    final = root / "runs" / run_id
+    final.parent.mkdir(exist_ok=True)
+    with locked_manifest(root) as manifest:
+        if run_id in manifest["runs"]:
+            return False
+        if final.exists():  # files of a run whose manifest entry never got written
+            shutil.rmtree(final)
+        staged.rename(final)
+        manifest["runs"][run_id] = entry
+    return True
 
 
 def run_files(root: Path, table: str, *, nonempty: bool = False) -> list[Path]:

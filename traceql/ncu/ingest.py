@@ -62,16 +62,7 @@ def ingest_ncu_report(trace: str | Path, out: str | Path, *, labels: dict[str, s
             path.unlink()
         info = RunInfo(run_id, str(trace.resolve()), digest, FORMAT, warnings=list(report.warnings))
         _write_run(report, trace, run_id, digest, labels or {}, tmp, info)
-        final = out / "runs" / run_id
-        final.parent.mkdir(exist_ok=True)
-        with store.locked_manifest(out) as manifest:
-            if run_id in manifest["runs"]:  # a parallel ingest of the same file won the race
-                info.already = True
-            else:
-                if final.exists():  # files of a run whose manifest entry never got written
-                    shutil.rmtree(final)
-                tmp.rename(final)
-                manifest["runs"][run_id] = {k: v for k, v in asdict(info).items() if k not in ("already", "warnings")}
+        info.already = not store.publish_run(out, tmp, run_id, info.manifest_entry())
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return info
