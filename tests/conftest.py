@@ -132,3 +132,24 @@ def overlap_con(overlap_run):
     con = traceql.connect(overlap_run, views=False)
     yield con
     con.close()
+
+
+def read_ncu_report(path: Path) -> list[dict]:
+    """Every profiled kernel of an .ncu-rep: its names and every metric that has a value, straight from ncu_report
+    (the reference the tests hold traceql's reading against)."""
+    import ncu_report
+
+    ctx = ncu_report.load_report(str(path))
+    kernels = []
+    for r in range(ctx.num_ranges()):
+        rng = ctx.range_by_idx(r)
+        for a in range(rng.num_actions()):
+            act = rng.action_by_idx(a)
+            metrics = {}
+            for name in act.metric_names():
+                m = act.metric_by_name(name)
+                if m.has_value():
+                    metrics[name] = m.as_string() if m.kind() == ncu_report.IMetric.ValueKind_STRING else m.as_double()
+            kernels.append({"name": act.name(ncu_report.IAction.NameBase_DEMANGLED), "short_name": act.name(),
+                            "metrics": metrics, "units": {n: act.metric_by_name(n).unit() for n in metrics}})
+    return kernels

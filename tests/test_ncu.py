@@ -22,7 +22,7 @@ from statistics import median
 
 import pyarrow.parquet as pq
 import pytest
-from conftest import H200, raw_query, run_cli
+from conftest import H200, raw_query, read_ncu_report, run_cli
 
 import traceql
 from traceql import schema, store
@@ -55,27 +55,9 @@ def raw_reports(tmp_path_factory) -> dict[str, Path]:
     return out
 
 
-def raw_kernels(path: Path) -> list[dict]:
-    """Every profiled kernel: its names and every metric that has a value, straight from ncu_report."""
-    ctx = ncu_report.load_report(str(path))
-    kernels = []
-    for r in range(ctx.num_ranges()):
-        rng = ctx.range_by_idx(r)
-        for a in range(rng.num_actions()):
-            act = rng.action_by_idx(a)
-            metrics = {}
-            for name in act.metric_names():
-                m = act.metric_by_name(name)
-                if m.has_value():
-                    metrics[name] = m.as_string() if m.kind() == ncu_report.IMetric.ValueKind_STRING else m.as_double()
-            kernels.append({"name": act.name(ncu_report.IAction.NameBase_DEMANGLED), "short_name": act.name(),
-                            "metrics": metrics, "units": {n: act.metric_by_name(n).unit() for n in metrics}})
-    return kernels
-
-
 @pytest.fixture(scope="session")
 def raw(raw_reports) -> list[dict]:
-    return raw_kernels(raw_reports["kernels.ncu-rep.xz"])
+    return read_ncu_report(raw_reports["kernels.ncu-rep.xz"])
 
 
 def by_short(kernels: list[dict], short: str) -> list[dict]:
@@ -360,7 +342,7 @@ def test_match_against_the_contention_trace(tmp_path, contention_sqlite, raw):
 
 
 def test_match_across_two_profiling_runs(matched_store, contention_sqlite, raw, raw_reports):
-    session = raw_kernels(raw_reports["kernels_contention_session.ncu-rep.xz"])
+    session = read_ncu_report(raw_reports["kernels_contention_session.ncu-rep.xz"])
     con = traceql.connect(matched_store)
     ncu_runs = sorted(r for (r,) in con.sql("SELECT run_id FROM runs WHERE format = 'ncu-rep'").fetchall())
     got = {(r["name"], r["grid"], r["block"], r["dynamic_smem_bytes"]): r for r in rows(con, "SELECT * FROM ncu_match")}
