@@ -142,12 +142,12 @@ def _build(rec: Recipe, dirs: list[Path], on_error: str, progress: Progress | No
             progress(i, len(traced), label, None)
     sections = []
     for k, s in enumerate(rec.sections):
-        reduced = {name: _concat(ts, s, name) for name, ts in collected[k].items()}
+        reduced = {name: _concat(ts, s) for name, ts in collected[k].items()}
         sections.append(SectionResult(s, reduced, per_run[k]))
     return Report(rec, runs, sections, skipped)
 
 
-def _concat(tables: list[pa.Table], section: Section, name: str) -> pa.Table:
+def _concat(tables: list[pa.Table], section: Section) -> pa.Table:
     tables = [t for t in tables if t.num_rows]
     if not tables:
         return pa.table({"run_id": pa.array([], pa.string()), "run": pa.array([], pa.string())})

@@ -232,15 +232,21 @@ def microbench_effects(data: dict[str, pa.Table], options: dict) -> alt.TopLevel
                                   "how much longer sequential runs than overlapped")
 
 
-@chart("power", help="NVML power samples over time, per GPU, against the enforced limit")
-def power(data: dict[str, pa.Table], options: dict) -> alt.TopLevelMixin | None:
-    table = data["power"]
+def _power_samples(table: pa.Table) -> list[dict]:
+    """NVML samples for the power and clock charts, in seconds since the first sample."""
     if table.num_rows == 0:
-        return None
+        return []
     t0 = pc.min(table["ts_ns"]).as_py()
-    rows = [{"t_s": (r["ts_ns"] - t0) / 1e9, "power_w": r["power_w"], "gpu": f"GPU {r['device_id']}",
+    return [{"t_s": (r["ts_ns"] - t0) / 1e9, "power_w": r["power_w"], "gpu": f"GPU {r['device_id']}",
              "sm_clock_mhz": r["sm_clock_mhz"], "limit_w": r["power_limit_w"], "run": r.get("run")}
             for r in _rows(table, ["ts_ns", "power_w", "device_id", "sm_clock_mhz", "power_limit_w", "run"])]
+
+
+@chart("power", help="NVML power samples over time, per GPU, against the enforced limit")
+def power(data: dict[str, pa.Table], options: dict) -> alt.TopLevelMixin | None:
+    rows = _power_samples(data["power"])
+    if not rows:
+        return None
     zoom = alt.selection_interval(bind="scales", encodings=["x"])
     base = alt.Chart(_data(rows)).encode(x=alt.X("t_s:Q", title="time since first sample (s)"))
     line = base.mark_line(interpolate="step-after").encode(
@@ -249,17 +255,14 @@ def power(data: dict[str, pa.Table], options: dict) -> alt.TopLevelMixin | None:
                  alt.Tooltip("sm_clock_mhz:Q", format=".0f")])
     limit = base.mark_line(strokeDash=[4, 4], color="#888").encode(y="max(limit_w):Q", x=alt.X("t_s:Q"))
     return alt.layer(line, limit).add_params(zoom).properties(
-        width=900, height=220, title=f"Power over time (dashed: enforced limit){_cut_note(table)}")
+        width=900, height=220, title=f"Power over time (dashed: enforced limit){_cut_note(data['power'])}")
 
 
 @chart("power", help="SM clock samples over time, per GPU")
 def clocks(data: dict[str, pa.Table], options: dict) -> alt.TopLevelMixin | None:
-    table = data["power"]
-    if table.num_rows == 0:
+    rows = _power_samples(data["power"])
+    if not rows:
         return None
-    t0 = pc.min(table["ts_ns"]).as_py()
-    rows = [{"t_s": (r["ts_ns"] - t0) / 1e9, "sm_clock_mhz": r["sm_clock_mhz"], "gpu": f"GPU {r['device_id']}"}
-            for r in _rows(table, ["ts_ns", "sm_clock_mhz", "device_id"])]
     return alt.Chart(_data(rows)).mark_line(interpolate="step-after").encode(
         x=alt.X("t_s:Q", title="time since first sample (s)"), y=alt.Y("sm_clock_mhz:Q", title="SM clock (MHz)"),
         color=alt.Color("gpu:N", title=None),
