@@ -68,8 +68,9 @@ def create_views(con: duckdb.DuckDBPyConnection) -> list[str]:
 # The views that several others read, upstream first. DuckDB expands a view at every reference, so a chain of
 # views that each read the one before recomputes the whole chain many times over; computing these once into
 # temporary tables (and pointing the views at them) makes a whole attribution seconds instead of minutes.
-SHARED_VIEWS = ("_metric_samples", "kernel_overlap", "_activity_steps", "kernel_metrics", "kernel_instances",
-                "_baselines", "kernel_signatures", "kernel_attribution", "device_summary")
+SHARED_VIEWS = ("_metric_samples", "_activity_steps", "kernel_overlap", "kernel_metrics", "_activity_dram",
+                "_corunner_dram", "kernel_instances", "_baselines", "kernel_signatures", "kernel_attribution",
+                "device_summary")
 
 
 def materialize(con: duckdb.DuckDBPyConnection, views: tuple[str, ...] = SHARED_VIEWS) -> None:
