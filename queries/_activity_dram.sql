@@ -31,7 +31,8 @@ WITH acts AS (
     JOIN _activity_steps s ON s.run_id = a.run_id AND s.device_id = a.device_id AND s.t = a.start_ns
     JOIN _activity_steps e ON e.run_id = a.run_id AND e.device_id = a.device_id AND e.t = a.end_ns
 ), dram AS (
-    SELECT run_id, device_id, ts_ns, cum_value, cum_count, value FROM _metric_samples WHERE key = 'dram_pct'
+    SELECT run_id, device_id, ts_ns, cum_dram_pct AS cum_value, n_dram_pct AS cum_count, dram_pct AS value
+    FROM _metric_samples WHERE dram_pct IS NOT NULL
 ), alone AS (
     SELECT run_id, device_id, sig, start_ns, end_ns FROM isolated WHERE alone AND end_ns > start_ns
 ), at_start AS (
