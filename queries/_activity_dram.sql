@@ -14,13 +14,14 @@
 --   working_set_bytes DOUBLE working set of a profiled kernel (bytes, Nsight Compute; NULL otherwise)
 WITH acts AS (
     SELECT k.run_id, k.device_id, k.start_ns, k.end_ns, k.global_pid, k.correlation_id,
-           k.name || '|' || concat_ws('x', k.grid_x, k.grid_y, k.grid_z) || '|'
-               || concat_ws('x', k.block_x, k.block_y, k.block_z) || '|' || k.dynamic_smem_bytes AS sig,
+           -- signatures compared by hash: cheaper than building a string per kernel
+           hash(k.name, concat_ws('x', k.grid_x, k.grid_y, k.grid_z),
+                concat_ws('x', k.block_x, k.block_y, k.block_z), k.dynamic_smem_bytes) AS sig,
            NULL::DOUBLE AS estimate
     FROM kernels k
     UNION ALL
     SELECT m.run_id, m.device_id, m.start_ns, m.end_ns, NULL, NULL,
-           'memcpy|' || m.copy_kind || '|' || m.bytes,
+           hash('memcpy', m.copy_kind, m.bytes),
            CASE WHEN m.dur_ns > 0 AND d.mem_bandwidth_Bps > 0
                 THEN 100.0 * m.bytes * (CASE WHEN m.copy_kind = 'DtoD' THEN 2 ELSE 1 END)
                      / (m.dur_ns * 1e-9) / d.mem_bandwidth_Bps END
@@ -48,7 +49,7 @@ WITH acts AS (
                 ELSE around END AS dram_pct
     FROM at_end
 ), profiled AS (
-    SELECT run_id, device_id, name || '|' || grid || '|' || block || '|' || dynamic_smem_bytes AS sig,
+    SELECT run_id, device_id, hash(name, grid, block, dynamic_smem_bytes) AS sig,
            dram_pct, working_set_bytes
     FROM _ncu_demand
 ), rates AS (
