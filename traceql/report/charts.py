@@ -214,22 +214,27 @@ def microbench(data: dict[str, pa.Table], options: dict) -> alt.TopLevelMixin | 
 
 @chart("effects", help="per configuration: compute slowdown when overlapped, and the gain of overlapping")
 def microbench_effects(data: dict[str, pa.Table], options: dict) -> alt.TopLevelMixin | None:
-    rows = []
-    for r in _rows(data["effects"]):
-        label = f"{r['op']} · {r['dtype']} · {r.get('run') or r['run_id']}"
-        for what in ("compute_slowdown", "sequential_over_overlapped"):
-            if r.get(what) is not None:
-                rows.append({"config": label, "measure": what.replace("_", " "), "value": r[what]})
+    labelled = [(f"{r['op']} · {r['dtype']} · {r.get('run') or r['run_id']}", r) for r in _rows(data["effects"])]
+    return _measure_bars(labelled, ("compute_slowdown", "sequential_over_overlapped"), label="config",
+                         tooltip_format="+.1%",
+                         title="Compute slowdown when overlapped (Σ compute kernel time vs compute only), and "
+                               "how much longer sequential runs than overlapped")
+
+
+def _measure_bars(labelled: list[tuple[str, dict]], measures: tuple[str, ...], *, label: str, tooltip_format: str,
+                  title: str) -> alt.TopLevelMixin | None:
+    """Grouped horizontal bars of fractions: one group per label, one bar per measure the row has."""
+    rows = [{label: name, "measure": what.replace("_", " "), "value": r[what]}
+            for name, r in labelled for what in measures if r.get(what) is not None]
     if not rows:
         return None
     return alt.Chart(_data(rows)).mark_bar().encode(
-        y=alt.Y("config:N", title=None, axis=alt.Axis(labelLimit=300)),
+        y=alt.Y(f"{label}:N", title=None, axis=alt.Axis(labelLimit=300)),
         x=alt.X("value:Q", title=None, axis=alt.Axis(format="%")),
         color=alt.Color("measure:N", title=None),
         yOffset="measure:N",
-        tooltip=["config:N", "measure:N", alt.Tooltip("value:Q", format="+.1%")],
-    ).properties(width=420, title="Compute slowdown when overlapped (Σ compute kernel time vs compute only), and "
-                                  "how much longer sequential runs than overlapped")
+        tooltip=[f"{label}:N", "measure:N", alt.Tooltip("value:Q", format=tooltip_format)],
+    ).properties(width=420, title=title)
 
 
 def _power_samples(table: pa.Table) -> list[dict]:
@@ -286,19 +291,8 @@ def kernel_time(data: dict[str, pa.Table], options: dict) -> alt.TopLevelMixin |
 
 @chart("summary", help="per run: compute slowdown and hidden communication, side by side")
 def run_comparison(data: dict[str, pa.Table], options: dict) -> alt.TopLevelMixin | None:
-    rows = []
-    for r in _rows(data["summary"]):
-        if r.get("nvtx") is not None:
-            continue
-        dev = f"{r.get('run') or r['run_id']} · GPU {r['device_id']}"
-        for what in ("compute_slowdown", "hidden_comm_fraction", "overlap_fraction"):
-            if r.get(what) is not None:
-                rows.append({"device": dev, "measure": what.replace("_", " "), "value": r[what]})
-    if not rows:
-        return None
-    return alt.Chart(_data(rows)).mark_bar().encode(
-        y=alt.Y("device:N", title=None, axis=alt.Axis(labelLimit=300)),
-        x=alt.X("value:Q", title=None, axis=alt.Axis(format="%")),
-        color=alt.Color("measure:N", title=None), yOffset="measure:N",
-        tooltip=["device:N", "measure:N", alt.Tooltip("value:Q", format=".1%")],
-    ).properties(width=420, title="Runs compared: compute slowdown, hidden communication, overlap fraction")
+    labelled = [(f"{r.get('run') or r['run_id']} · GPU {r['device_id']}", r) for r in _rows(data["summary"])
+                if r.get("nvtx") is None]
+    return _measure_bars(labelled, ("compute_slowdown", "hidden_comm_fraction", "overlap_fraction"), label="device",
+                         tooltip_format=".1%",
+                         title="Runs compared: compute slowdown, hidden communication, overlap fraction")
