@@ -1,18 +1,55 @@
--- _activities: every GPU activity (kernels, copies, sets) with its co-runner kind and SMs held.
+-- _activities: every GPU activity (kernels of every kind, copies, sets), each a possible victim and co-runner.
+-- Kind labels a row; it never decides whether a row is analysed. The signature identifies the same work:
+-- (name, grid, block, dynamic shared memory) for kernels, (copy kind, bytes) for copies and sets.
 -- columns:
---   run_id          VARCHAR  run
---   device_id       INTEGER  physical GPU
---   start_ns        BIGINT   start (ns)
---   end_ns          BIGINT   end (ns)
---   corunner_kind   VARCHAR  comm (communication kernels, peer copies), compute (other kernels), copy (copies, sets)
---   sm_held         BIGINT   SMs the activity occupies: min(SM count, CTAs) for kernels, 0 for copy engines
---   is_victim       BOOLEAN  a compute kernel whose slowdown is attributed
-SELECT k.run_id, k.device_id, k.start_ns, k.end_ns,
-       CASE WHEN k.kind = 'comm' THEN 'comm' ELSE 'compute' END AS corunner_kind,
-       least(k.ctas, coalesce(d.sm_count, k.ctas))::BIGINT AS sm_held,
-       k.kind = 'compute' AS is_victim
-FROM kernels k LEFT JOIN devices d USING (run_id, device_id)
-UNION ALL
-SELECT run_id, device_id, start_ns, end_ns, CASE WHEN is_peer THEN 'comm' ELSE 'copy' END, 0, false FROM memcpy
-UNION ALL
-SELECT run_id, device_id, start_ns, end_ns, 'copy', 0, false FROM memset
+--   run_id              VARCHAR  run
+--   device_id           INTEGER  physical GPU
+--   activity_id         BIGINT   the activity's number in its run (ordered by device, start, end, type, process)
+--   activity            VARCHAR  kernel, memcpy or memset
+--   global_pid          BIGINT   launching process
+--   correlation_id      BIGINT   launch correlation id (unique within global_pid)
+--   stream_id           BIGINT   stream (unique within global_pid)
+--   start_ns            BIGINT   start (ns)
+--   end_ns              BIGINT   end (ns)
+--   dur_ns              BIGINT   duration (ns)
+--   name                VARCHAR  demangled kernel name, or [CUDA memcpy KIND] / [CUDA memset]
+--   short_name          VARCHAR  base function name (kernels), else the name
+--   grid                VARCHAR  grid as XxYxZ (kernels)
+--   block               VARCHAR  block as XxYxZ (kernels)
+--   dynamic_smem_bytes  BIGINT   dynamic shared memory (bytes; kernels)
+--   bytes               BIGINT   bytes moved or set (copies and sets)
+--   ctas                BIGINT   CTAs in the grid (kernels)
+--   threads_per_block   INTEGER  threads per CTA (kernels)
+--   regs_per_thread     INTEGER  registers per thread (kernels)
+--   static_smem_bytes   BIGINT   static shared memory (bytes; kernels)
+--   kind                VARCHAR  compute, comm, memory, other (kernels, from the name); copy or comm (copies, sets)
+--   corunner_kind       VARCHAR  the class it counts in as a co-runner: comm (communication kernels, peer copies),
+--                                compute (every other kernel), copy (other copies, sets)
+--   sm_held             BIGINT   SMs the activity occupies: min(SM count, CTAs) for kernels, 0 for copy engines
+--   sig                 UBIGINT  signature hash: the same work has the same sig
+WITH acts AS (
+    SELECT k.run_id, k.device_id, 'kernel' AS activity, k.global_pid, k.correlation_id, k.stream_id, k.start_ns,
+           k.end_ns, k.dur_ns, k.name, k.short_name, concat_ws('x', k.grid_x, k.grid_y, k.grid_z) AS grid,
+           concat_ws('x', k.block_x, k.block_y, k.block_z) AS block, k.dynamic_smem_bytes, NULL::BIGINT AS bytes,
+           k.ctas, k.threads_per_block, k.regs_per_thread, k.static_smem_bytes, k.kind,
+           CASE WHEN k.kind = 'comm' THEN 'comm' ELSE 'compute' END AS corunner_kind,
+           least(k.ctas, coalesce(d.sm_count, k.ctas))::BIGINT AS sm_held
+    FROM kernels k LEFT JOIN devices d USING (run_id, device_id)
+    UNION ALL
+    SELECT run_id, device_id, 'memcpy', global_pid, correlation_id, stream_id, start_ns, end_ns, dur_ns,
+           '[CUDA memcpy ' || coalesce(copy_kind, '?') || ']', '[CUDA memcpy ' || coalesce(copy_kind, '?') || ']',
+           NULL, NULL, NULL, bytes, NULL, NULL, NULL, NULL, CASE WHEN is_peer THEN 'comm' ELSE 'copy' END,
+           CASE WHEN is_peer THEN 'comm' ELSE 'copy' END, 0
+    FROM memcpy
+    UNION ALL
+    SELECT run_id, device_id, 'memset', global_pid, correlation_id, stream_id, start_ns, end_ns, dur_ns,
+           '[CUDA memset]', '[CUDA memset]', NULL, NULL, NULL, bytes, NULL, NULL, NULL, NULL, 'copy', 'copy', 0
+    FROM memset
+)
+SELECT run_id, device_id,
+       row_number() OVER (PARTITION BY run_id ORDER BY device_id, start_ns, end_ns, activity, global_pid,
+                          correlation_id, name) AS activity_id,
+       activity, global_pid, correlation_id, stream_id, start_ns, end_ns, dur_ns, name, short_name, grid, block,
+       dynamic_smem_bytes, bytes, ctas, threads_per_block, regs_per_thread, static_smem_bytes, kind, corunner_kind,
+       sm_held, hash(activity, name, grid, block, dynamic_smem_bytes, bytes) AS sig
+FROM acts

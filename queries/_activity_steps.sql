@@ -6,7 +6,9 @@
 --   device_id     INTEGER  physical GPU
 --   t             BIGINT   boundary (ns)
 --   comm_ns       HUGEINT  time with communication active, up to t (ns)
+--   comm2_ns      HUGEINT  time with two or more communication activities active, up to t (ns)
 --   copy_ns       HUGEINT  time with a copy or set active, up to t (ns)
+--   copy2_ns      HUGEINT  time with two or more copies or sets active, up to t (ns)
 --   compute_ns    HUGEINT  time with a non-communication kernel active, up to t (ns)
 --   compute2_ns   HUGEINT  time with two or more non-communication kernels active, up to t (ns)
 --   comm_compute_ns HUGEINT time with communication and a compute kernel active together, up to t (ns)
@@ -38,7 +40,9 @@ WITH edges AS (
 )
 SELECT run_id, device_id, t,
        coalesce(sum(len * (n_comm > 0)::INT) OVER before, 0)::HUGEINT AS comm_ns,
+       coalesce(sum(len * (n_comm > 1)::INT) OVER before, 0)::HUGEINT AS comm2_ns,
        coalesce(sum(len * (n_copy > 0)::INT) OVER before, 0)::HUGEINT AS copy_ns,
+       coalesce(sum(len * (n_copy > 1)::INT) OVER before, 0)::HUGEINT AS copy2_ns,
        coalesce(sum(len * (n_comp > 0)::INT) OVER before, 0)::HUGEINT AS compute_ns,
        coalesce(sum(len * (n_comp > 1)::INT) OVER before, 0)::HUGEINT AS compute2_ns,
        coalesce(sum(len * (n_comm > 0 AND n_comp > 0)::INT) OVER before, 0)::HUGEINT AS comm_compute_ns,

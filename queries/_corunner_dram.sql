@@ -1,11 +1,11 @@
--- _corunner_dram: per compute kernel instance, the DRAM bandwidth its co-runners use when they run alone,
--- averaged over the time they overlap it (the demand they bring, before any interference), and the working set
--- of its profiled co-runners (Nsight Compute), averaged the same way.
+-- _corunner_dram: per GPU activity, the DRAM bandwidth its co-runners use when they run alone, averaged over the
+-- time they overlap it (the demand they bring, before any interference), and the working set of its profiled
+-- co-runners (Nsight Compute), averaged the same way.
 -- columns:
 --   run_id          VARCHAR  run
---   global_pid      BIGINT   launching process
---   correlation_id  BIGINT   launch correlation id
---   own_dram_pct    DOUBLE   the kernel's own isolated DRAM rate (% of peak)
+--   device_id       INTEGER  physical GPU
+--   activity_id     BIGINT   activity (_activities)
+--   own_dram_pct    DOUBLE   the activity's own isolated DRAM rate (% of peak)
 --   co_dram_pct     DOUBLE   co-runners' isolated DRAM rate while overlapping it (% of peak)
 --   co_working_set_bytes DOUBLE summed working sets of profiled co-runners while overlapping it (bytes; NULL if none)
 WITH edges AS (
@@ -25,20 +25,20 @@ WITH edges AS (
     SELECT run_id, device_id, t,
            coalesce(sum(len * rate) OVER before, 0) AS r,
            coalesce(sum(len * ws) OVER before, 0) AS rw,
-           -- integral of the number of profiled activities: beyond the kernel's own, a profiled co-runner overlapped
+           -- integral of the number of profiled activities: beyond the activity's own, a profiled co-runner overlapped
            coalesce(sum(len * profiled) OVER before, 0) AS rp
     FROM levels
     WINDOW before AS (PARTITION BY run_id, device_id ORDER BY t ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
 )
-SELECT o.run_id, o.global_pid, o.correlation_id, a.dram_pct AS own_dram_pct,
+SELECT a.run_id, a.device_id, a.activity_id, a.dram_pct AS own_dram_pct,
        CASE WHEN o.overlap_ns > 0
-            THEN greatest(0, (ce.r - cs.r) - a.dram_pct * o.dur_ns) / o.overlap_ns END AS co_dram_pct,
+            THEN greatest(0, (ce.r - cs.r) - a.dram_pct * (a.end_ns - a.start_ns)) / o.overlap_ns END AS co_dram_pct,
        CASE WHEN o.overlap_ns > 0
-                 AND (ce.rp - cs.rp) - (a.working_set_bytes IS NOT NULL)::INT * o.dur_ns > 0
-            THEN greatest(0, (ce.rw - cs.rw) - coalesce(a.working_set_bytes, 0) * o.dur_ns) / o.overlap_ns
+                 AND (ce.rp - cs.rp) - (a.working_set_bytes IS NOT NULL)::INT * (a.end_ns - a.start_ns) > 0
+            THEN greatest(0, (ce.rw - cs.rw) - coalesce(a.working_set_bytes, 0) * (a.end_ns - a.start_ns))
+                 / o.overlap_ns
        END AS co_working_set_bytes
-FROM kernel_overlap o
-JOIN _activity_dram a ON a.run_id = o.run_id AND a.global_pid = o.global_pid AND a.correlation_id = o.correlation_id
-     AND a.start_ns = o.start_ns
-JOIN cum cs ON cs.run_id = o.run_id AND cs.device_id = o.device_id AND cs.t = o.start_ns
-JOIN cum ce ON ce.run_id = o.run_id AND ce.device_id = o.device_id AND ce.t = o.end_ns
+FROM _activity_dram a
+JOIN _instance_overlap o USING (run_id, device_id, activity_id)
+JOIN cum cs ON cs.run_id = a.run_id AND cs.device_id = a.device_id AND cs.t = a.start_ns
+JOIN cum ce ON ce.run_id = a.run_id AND ce.device_id = a.device_id AND ce.t = a.end_ns

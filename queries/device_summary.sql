@@ -1,6 +1,7 @@
 -- device_summary: per device, how compute and communication shared the GPU; per NVTX group too when grouping.
 -- Device rows (nvtx NULL) use interval unions; group rows sum over the group's compute kernels (communication
--- kernels belong to no group, so comm_ns, exposed_comm_ns and hidden_comm_fraction are NULL there).
+-- kernels belong to no group, so comm_ns, exposed_comm_ns and hidden_comm_fraction are NULL there). Compute kernels
+-- are all kernels that are not communication; compute_slowdown sums each overlapped instance's own baseline.
 -- columns:
 --   run_id                VARCHAR  run
 --   device_id             INTEGER  physical GPU
@@ -19,10 +20,10 @@ WITH totals AS (
            arg_max(comm_compute_ns, t) AS overlap_ns
     FROM _activity_steps GROUP BY ALL
 ), inst AS (
+    -- compute: every kernel that is not communication; t0 per instance (NULL in groups left out as conflated)
     SELECT i.*, b.t0_ns
-    FROM kernel_instances i LEFT JOIN _baselines b
-      ON b.run_id = i.run_id AND b.device_id = i.device_id AND b.name = i.name AND b.grid = i.grid
-     AND b.block = i.block AND b.dynamic_smem_bytes = i.dynamic_smem_bytes
+    FROM instance_facts i LEFT JOIN _instance_baselines b USING (run_id, activity_id)
+    WHERE i.activity = 'kernel' AND i.activity_class = 'compute'
 ), per_device AS (
     SELECT run_id, device_id, sum(comm_overlap_ns) / nullif(sum(dur_ns), 0) AS overlap_fraction,
            sum(dur_ns) FILTER (overlap_ns > 0 AND t0_ns IS NOT NULL)

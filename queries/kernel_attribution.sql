@@ -1,5 +1,5 @@
--- kernel_attribution: per kernel signature (and NVTX group): observed slowdown under overlap and the
--- part of it explained by each contended resource. Factors combine multiplicatively
+-- kernel_attribution: per (sub-)signature group of GPU activity (kernels of every kind, copies, sets; and NVTX
+-- group): observed slowdown under overlap with its interval, and the part of it explained by each contended resource. Factors combine multiplicatively
 -- (t1/t0 = (1+clock)(1+sm)(1+dram_bw)(1+cache)(1+link)·(1+residual)); each factor's part of the
 -- slowdown is s·ln(1+e)/ln(1+s), so the parts and the residual add up to the slowdown s.
 -- Models (docs/attribution.md): clock f0/f1-1 first; SM: wave model with the co-runners' SMs;
@@ -14,20 +14,36 @@
 --   run_id               VARCHAR  run
 --   device_id            INTEGER  physical GPU
 --   nvtx                 VARCHAR  NVTX group (NULL unless grouping by NVTX)
---   name                 VARCHAR  demangled kernel name
+--   group_id             BIGINT   (sub-)signature group (_signature_stats)
+--   activity             VARCHAR  kernel, memcpy or memset
+--   kind                 VARCHAR  compute, comm, memory, other, copy: a label only
+--   name                 VARCHAR  demangled kernel name, or [CUDA memcpy KIND] / [CUDA memset]
 --   short_name           VARCHAR  base function name
 --   grid                 VARCHAR  grid as XxYxZ
 --   block                VARCHAR  block as XxYxZ
 --   dynamic_smem_bytes   BIGINT   dynamic shared memory (bytes)
+--   bytes                BIGINT   bytes moved or set (copies and sets)
+--   occurrence           BIGINT   occurrence in the step when the signature was split by it
+--   split                VARCHAR  occurrence when the signature was split, else NULL
 --   n                    BIGINT   instances
 --   n_overlapped         BIGINT   instances overlapped by another activity
 --   n_isolated           BIGINT   baseline instances
---   t0_ns                DOUBLE   isolated baseline, median (ns)
+--   t0_ns                DOUBLE   baseline, median (ns)
+--   t0_lo_ns             DOUBLE   its 95% interval, lower bound (ns)
+--   t0_hi_ns             DOUBLE   its 95% interval, upper bound (ns)
 --   t0_spread            DOUBLE   baseline interquartile range / median
 --   t1_ns                DOUBLE   overlapped instances, median (ns)
+--   t1_lo_ns             DOUBLE   its 95% interval, lower bound (ns)
+--   t1_hi_ns             DOUBLE   its 95% interval, upper bound (ns)
 --   sum_t1_ns            HUGEINT  total duration of the overlapped instances (ns)
---   slowdown             DOUBLE   t1/t0 - 1
---   in_overlap_slowdown  DOUBLE   slowdown while actually overlapped, 1/rho - 1 with rho = (t0/t1 - (1-f))/f (f >= 0.2)
+--   sum_t0_ns            DOUBLE   total baseline duration of the overlapped instances (ns)
+--   slowdown             DOUBLE   t1/t0 - 1 (or the median per-instance ratio - 1 under a drifting baseline)
+--   slowdown_lo          DOUBLE   its 95% interval (bootstrap), lower bound
+--   slowdown_hi          DOUBLE   its 95% interval (bootstrap), upper bound
+--   baseline             VARCHAR  where t0 comes from: isolated, isolated nearest in time, baseline run, ncu
+--   baseline_drift       BOOLEAN  the isolated durations drift over time (then each instance has a nearby baseline)
+--   conflated            BOOLEAN  isolated durations mix different work that could not be split: left out of sums
+--   in_overlap_slowdown  DOUBLE   slowdown while actually overlapped, 1/rho - 1 with rho = (1/(1+s) - (1-f))/f (f >= 0.2)
 --   overlap_fraction     DOUBLE   overlapped time / duration of the overlapped instances
 --   comm_fraction        DOUBLE   communication-overlapped time / duration of the overlapped instances
 --   sm_share             DOUBLE   co-runners' SM share over the overlapped instances
@@ -36,14 +52,24 @@
 --   corunner_sms         DOUBLE   SMs held by co-runners while overlapped
 --   occupancy            BIGINT   CTAs per SM in the wave model: Nsight Compute's, else the launch configuration's
 --   sm_predicted         DOUBLE   SM (wave) model's slowdown while overlapped
---   significant          BOOLEAN  slowdown beyond 2x the baseline spread (and 1%)
+--   significant          BOOLEAN  the slowdown interval excludes 0 and |slowdown| >= 1%
 --   sm                   DOUBLE   part of the slowdown explained by SMs taken
 --   dram_bw              DOUBLE   part explained by DRAM bandwidth
 --   cache                DOUBLE   part explained by L2 cache interference
 --   clock                DOUBLE   part explained by a lower clock (negative: a higher clock helped)
 --   link                 DOUBLE   part explained by NVLink/PCIe traffic
 --   residual             DOUBLE   slowdown left unexplained
---   class                VARCHAR  sm, dram_bw, cache, clock, link, mixed, unexplained, none
+--   sm_lo                DOUBLE   95% interval of the SM part, lower bound (the part scales with the slowdown)
+--   sm_hi                DOUBLE   95% interval of the SM part, upper bound
+--   dram_bw_lo           DOUBLE   95% interval of the DRAM part, lower bound
+--   dram_bw_hi           DOUBLE   95% interval of the DRAM part, upper bound
+--   cache_lo             DOUBLE   95% interval of the cache part, lower bound
+--   cache_hi             DOUBLE   95% interval of the cache part, upper bound
+--   clock_lo             DOUBLE   95% interval of the clock part, lower bound
+--   clock_hi             DOUBLE   95% interval of the clock part, upper bound
+--   link_lo              DOUBLE   95% interval of the link part, lower bound
+--   link_hi              DOUBLE   95% interval of the link part, upper bound
+--   class                VARCHAR  sm, dram_bw, cache, clock, link, mixed, unexplained, none, conflated
 --   reason               VARCHAR  why the class is none/unexplained or a number is missing
 --   dram_pct_iso         DOUBLE   witness: DRAM bandwidth, isolated instances (% of peak)
 --   dram_pct_ovl         DOUBLE   witness: DRAM bandwidth, overlapped instances (% of peak)
@@ -72,11 +98,11 @@ WITH demand AS (
            -- the victim's DRAM demand alone: measured by GPU metrics, else by Nsight Compute
            coalesce(k.dram_pct_iso, n.dram_pct) AS dram_iso
     FROM kernel_signatures k
-    LEFT JOIN _ncu_demand n ON n.run_id = k.run_id AND n.device_id = k.device_id AND n.name = k.name
+    LEFT JOIN _ncu_demand n ON k.activity = 'kernel' AND n.run_id = k.run_id AND n.device_id = k.device_id AND n.name = k.name
          AND n.grid = k.grid AND n.block = k.block AND n.dynamic_smem_bytes IS NOT DISTINCT FROM k.dynamic_smem_bytes
     LEFT JOIN devices d ON d.run_id = k.run_id AND d.device_id = k.device_id
 ), base AS (
-    SELECT *, t1_ns / t0_ns - 1 AS s,
+    SELECT *, slowdown AS s,
            overlap_fraction AS f,
            ctas / (occ * sm_count)::DOUBLE AS waves
     FROM demand
@@ -154,18 +180,29 @@ WITH demand AS (
         coalesce(to_part * ln(1 + e_cache), 0) AS p_cache,
         coalesce(to_part * ln(1 + e_clock), 0) AS p_clock,
         coalesce(to_part * ln(1 + e_link), 0) AS p_link,
-        n_isolated > 0 AND n_overlapped > 0 AND s IS NOT NULL
-            AND abs(s) > greatest(2 * coalesce(t0_spread, 0), 0.01) AS sig
+        significant_stat AND NOT conflated AS sig
     FROM final
 )
-SELECT run_id, device_id, nvtx, name, short_name, grid, block, dynamic_smem_bytes, n, n_overlapped, n_isolated,
-       t0_ns, t0_spread, t1_ns, sum_t1_ns, s AS slowdown,
-       CASE WHEN f >= 0.2 AND s IS NOT NULL THEN 1 / ((t0_ns / t1_ns - (1 - f)) / f) - 1 END AS in_overlap_slowdown,
+SELECT run_id, device_id, nvtx, group_id, activity, kind, name, short_name, grid, block, dynamic_smem_bytes, bytes,
+       occurrence, split, n, n_overlapped, n_isolated, t0_ns, t0_lo_ns, t0_hi_ns, t0_spread, t1_ns, t1_lo_ns, t1_hi_ns,
+       sum_t1_ns, sum_t0_ns, s AS slowdown, slowdown_lo, slowdown_hi, baseline, baseline_drift, conflated,
+       CASE WHEN f >= 0.2 AND s IS NOT NULL THEN 1 / ((1 / (1 + s) - (1 - f)) / f) - 1 END AS in_overlap_slowdown,
        overlap_fraction, comm_fraction, sm_share, comm_sm_share, corunner_kind, corunner_sms, occ AS occupancy,
        sm_predicted, coalesce(sig, false) AS significant,
        p_sm AS sm, p_dram AS dram_bw, p_cache AS cache, p_clock AS clock, p_link AS link,
        CASE WHEN s IS NOT NULL THEN s - p_sm - p_dram - p_cache - p_clock - p_link END AS residual,
-       CASE WHEN n_overlapped = 0 THEN 'none'
+       least(p_sm * slowdown_lo / nullif(s, 0), p_sm * slowdown_hi / nullif(s, 0)) AS sm_lo,
+       greatest(p_sm * slowdown_lo / nullif(s, 0), p_sm * slowdown_hi / nullif(s, 0)) AS sm_hi,
+       least(p_dram * slowdown_lo / nullif(s, 0), p_dram * slowdown_hi / nullif(s, 0)) AS dram_bw_lo,
+       greatest(p_dram * slowdown_lo / nullif(s, 0), p_dram * slowdown_hi / nullif(s, 0)) AS dram_bw_hi,
+       least(p_cache * slowdown_lo / nullif(s, 0), p_cache * slowdown_hi / nullif(s, 0)) AS cache_lo,
+       greatest(p_cache * slowdown_lo / nullif(s, 0), p_cache * slowdown_hi / nullif(s, 0)) AS cache_hi,
+       least(p_clock * slowdown_lo / nullif(s, 0), p_clock * slowdown_hi / nullif(s, 0)) AS clock_lo,
+       greatest(p_clock * slowdown_lo / nullif(s, 0), p_clock * slowdown_hi / nullif(s, 0)) AS clock_hi,
+       least(p_link * slowdown_lo / nullif(s, 0), p_link * slowdown_hi / nullif(s, 0)) AS link_lo,
+       greatest(p_link * slowdown_lo / nullif(s, 0), p_link * slowdown_hi / nullif(s, 0)) AS link_hi,
+       CASE WHEN conflated THEN 'conflated'
+            WHEN n_overlapped = 0 OR t0_ns IS NULL THEN 'none'
             WHEN s IS NULL THEN 'unexplained'
             WHEN NOT sig OR s <= 0 THEN 'none'
             WHEN p_clock >= 0.5 * s THEN 'clock'
@@ -175,9 +212,11 @@ SELECT run_id, device_id, nvtx, name, short_name, grid, block, dynamic_smem_byte
             WHEN p_link >= 0.5 * s THEN 'link'
             WHEN p_sm + p_dram + p_cache + p_clock + p_link >= 0.5 * s THEN 'mixed'
             ELSE 'unexplained' END AS class,
-       CASE WHEN n_overlapped = 0 THEN 'never overlapped'
-            WHEN n_isolated = 0 THEN 'no isolated instance to compare with (give --baseline)'
-            WHEN NOT sig THEN 'within 2x the baseline spread'
+       CASE WHEN conflated THEN note
+            WHEN n_overlapped = 0 THEN 'never overlapped'
+            WHEN t0_ns IS NULL THEN coalesce(note, 'no baseline to compare with (give --baseline or --ncu)')
+            WHEN NOT sig AND slowdown_lo IS NULL THEN 'too few instances for an interval'
+            WHEN NOT sig THEN 'the slowdown interval includes 0 or stays under 1%'
             WHEN s <= 0 THEN 'faster when overlapped'
             WHEN dram_pct_ovl IS NULL AND ncu_dram_pct IS NULL THEN 'no GPU metrics: only the SM model could be applied'
             WHEN dram_pct_ovl IS NULL THEN 'no GPU metrics: only the SM model and Nsight Compute demand could be applied'

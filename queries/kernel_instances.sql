@@ -1,4 +1,5 @@
--- kernel_instances: kernel_overlap joined with its GPU metrics and its NVTX group.
+-- kernel_instances: one row per compute kernel instance with its GPU metrics and NVTX group
+-- (instance_facts, compute kernels only; kept for queries written against it).
 -- columns:
 --   run_id              VARCHAR  run
 --   device_id           INTEGER  physical GPU
@@ -31,12 +32,6 @@
 --   pcie_pct            DOUBLE   PCIe during the kernel (% of peak)
 --   co_dram_pct         DOUBLE   co-runners' isolated DRAM rate while overlapping it (% of peak)
 --   co_working_set_bytes DOUBLE  profiled co-runners' working sets while overlapping it (bytes, Nsight Compute)
-SELECT o.run_id, o.device_id, o.global_pid, o.correlation_id, g.nvtx, o.name, o.short_name, o.grid, o.block,
-       o.dynamic_smem_bytes, o.ctas, o.threads_per_block, o.regs_per_thread, o.static_smem_bytes, o.start_ns,
-       o.dur_ns, o.overlap_ns, o.comm_overlap_ns, o.overlap_fraction, o.corunner_kind, o.corunner_sms, o.sm_share,
-       o.comm_sm_share, o.sm_count, m.sm_active_pct, m.dram_pct, m.gpc_clock_mhz, m.nvlink_pct, m.pcie_pct,
-       c.co_dram_pct, c.co_working_set_bytes
-FROM kernel_overlap o
-LEFT JOIN kernel_metrics m USING (run_id, device_id, global_pid, correlation_id)
-LEFT JOIN _corunner_dram c USING (run_id, global_pid, correlation_id)
-LEFT JOIN _kernel_groups g USING (run_id, global_pid, correlation_id)
+SELECT run_id, device_id, global_pid, correlation_id, nvtx, name, short_name, grid, block, dynamic_smem_bytes, ctas, threads_per_block, regs_per_thread, static_smem_bytes, start_ns, dur_ns, overlap_ns, comm_overlap_ns, overlap_fraction, corunner_kind, corunner_sms, sm_share, comm_sm_share, sm_count, sm_active_pct, dram_pct, gpc_clock_mhz, nvlink_pct, pcie_pct, co_dram_pct, co_working_set_bytes
+FROM instance_facts
+WHERE activity = 'kernel' AND kind = 'compute'

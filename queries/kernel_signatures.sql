@@ -1,86 +1,117 @@
--- kernel_signatures: per kernel signature (name, grid, block, dynamic shared memory) and NVTX group:
--- the isolated baseline t0, the overlapped duration t1, and the evidence attribution weighs.
+-- kernel_signatures: per (sub-)signature group of GPU activity — kernels of every kind, copies and sets; a
+-- signature whose isolated durations mix different work is split by occurrence in its step — the baseline t0,
+-- the overlapped duration t1, each with an interval, and the evidence attribution weighs. Every per-instance
+-- rate (DRAM, clock, SMs Active) is a median over instances; overlap and SM shares are time integrals.
 -- columns:
 --   run_id              VARCHAR  run
 --   device_id           INTEGER  physical GPU
+--   group_id            BIGINT   group (_signature_stats)
 --   nvtx                VARCHAR  NVTX group (NULL unless grouping by NVTX)
---   name                VARCHAR  demangled kernel name
+--   activity            VARCHAR  kernel, memcpy or memset
+--   kind                VARCHAR  compute, comm, memory, other, copy: a label only
+--   name                VARCHAR  demangled kernel name, or [CUDA memcpy KIND] / [CUDA memset]
 --   short_name          VARCHAR  base function name
 --   grid                VARCHAR  grid as XxYxZ
 --   block               VARCHAR  block as XxYxZ
 --   dynamic_smem_bytes  BIGINT   dynamic shared memory (bytes)
+--   bytes               BIGINT   bytes moved or set (copies and sets)
+--   occurrence          BIGINT   occurrence in the step, when the signature was split by it
+--   split               VARCHAR  occurrence when the signature was split, else NULL
 --   ctas                BIGINT   CTAs in the grid
 --   occupancy           BIGINT   CTAs per SM the launch configuration allows
 --   sm_count            INTEGER  SMs on the device
 --   n                   BIGINT   instances
 --   n_overlapped        BIGINT   instances overlapped by another activity
---   n_isolated          BIGINT   baseline instances
---   t0_ns               DOUBLE   isolated baseline: median duration (ns)
+--   n_isolated          BIGINT   isolated instances
+--   t0_ns               DOUBLE   baseline: median duration (ns)
+--   t0_lo_ns            DOUBLE   its 95% interval, lower bound (ns)
+--   t0_hi_ns            DOUBLE   its 95% interval, upper bound (ns)
 --   t0_spread           DOUBLE   baseline interquartile range / median
 --   t1_ns               DOUBLE   median duration of the overlapped instances (ns)
+--   t1_lo_ns            DOUBLE   its 95% interval, lower bound (ns)
+--   t1_hi_ns            DOUBLE   its 95% interval, upper bound (ns)
 --   sum_t1_ns           HUGEINT  total duration of the overlapped instances (ns)
+--   sum_t0_ns           DOUBLE   total baseline duration of the overlapped instances (ns)
+--   slowdown            DOUBLE   t1/t0 - 1 (or the median per-instance ratio under a drifting baseline)
+--   slowdown_lo         DOUBLE   its 95% interval, lower bound
+--   slowdown_hi         DOUBLE   its 95% interval, upper bound
+--   significant_stat    BOOLEAN  the slowdown interval excludes 0 and |slowdown| >= 1%
+--   baseline            VARCHAR  where t0 comes from: isolated, isolated nearest in time, baseline run, ncu
+--   baseline_drift      BOOLEAN  the isolated durations drift over time
+--   drift               DOUBLE   that drift over the isolated instances' span / median
+--   conflated           BOOLEAN  a mixture of different work that could not be split
+--   note                VARCHAR  why a number is missing or left out
 --   overlap_fraction    DOUBLE   overlapped time / duration, over the overlapped instances
 --   comm_fraction       DOUBLE   communication-overlapped time / duration, over the overlapped instances
---   corunner_kind       VARCHAR  kind that overlapped these instances longest
---   corunner_sms        DOUBLE   SMs held by co-runners while overlapped, overlap-weighted
---   sm_share            DOUBLE   co-runner SM share over the overlapped instances, duration-weighted
---   comm_sm_share       DOUBLE   communication SM share over the overlapped instances, duration-weighted
---   dram_pct_iso        DOUBLE   DRAM bandwidth during isolated instances (% of peak)
---   dram_pct_ovl        DOUBLE   DRAM bandwidth during overlapped instances (% of peak)
---   gpc_clock_mhz_iso   DOUBLE   GPC clock during isolated instances (MHz)
---   gpc_clock_mhz_ovl   DOUBLE   GPC clock during overlapped instances (MHz)
---   sm_active_pct_iso   DOUBLE   SMs Active during isolated instances (%)
---   sm_active_pct_ovl   DOUBLE   SMs Active during overlapped instances (%)
---   nvlink_pct_ovl      DOUBLE   NVLink during overlapped instances (% of peak)
---   pcie_pct_ovl        DOUBLE   PCIe during overlapped instances (% of peak)
---   co_dram_pct         DOUBLE   co-runners' isolated DRAM rate while overlapping, overlap-weighted (% of peak)
---   co_working_set_bytes DOUBLE  profiled co-runners' working sets while overlapping, overlap-weighted (bytes)
-WITH ovl AS (
-    SELECT run_id, device_id, nvtx, name, grid, block, dynamic_smem_bytes,
-           any_value(short_name) AS short_name, any_value(ctas) AS ctas, any_value(sm_count) AS sm_count,
-           any_value(threads_per_block) AS threads_per_block, any_value(regs_per_thread) AS regs_per_thread,
-           any_value(static_smem_bytes) AS static_smem_bytes,
-           count(*) AS n, count(*) FILTER (overlap_ns > 0) AS n_overlapped,
-           median(dur_ns) FILTER (overlap_ns > 0)::DOUBLE AS t1_ns,
-           sum(dur_ns) FILTER (overlap_ns > 0)::HUGEINT AS sum_t1_ns,
-           sum(overlap_ns) FILTER (overlap_ns > 0) / sum(dur_ns) FILTER (overlap_ns > 0) AS overlap_fraction,
-           sum(comm_overlap_ns) FILTER (overlap_ns > 0) / sum(dur_ns) FILTER (overlap_ns > 0) AS comm_fraction,
-           mode(corunner_kind) FILTER (overlap_ns > 0) AS corunner_kind,
-           sum(corunner_sms * overlap_ns) FILTER (overlap_ns > 0) / sum(overlap_ns) FILTER (overlap_ns > 0)
-               AS corunner_sms,
-           sum(sm_share * dur_ns) FILTER (overlap_ns > 0) / sum(dur_ns) FILTER (overlap_ns > 0) AS sm_share,
-           sum(comm_sm_share * dur_ns) FILTER (overlap_ns > 0) / sum(dur_ns) FILTER (overlap_ns > 0) AS comm_sm_share,
-           sum(dram_pct * dur_ns) FILTER (overlap_ns > 0) / sum(dur_ns) FILTER (overlap_ns > 0 AND dram_pct IS NOT NULL)
-               AS dram_pct_ovl,
-           sum(gpc_clock_mhz * dur_ns) FILTER (overlap_ns > 0)
-               / sum(dur_ns) FILTER (overlap_ns > 0 AND gpc_clock_mhz IS NOT NULL) AS gpc_clock_mhz_ovl,
-           sum(sm_active_pct * dur_ns) FILTER (overlap_ns > 0)
-               / sum(dur_ns) FILTER (overlap_ns > 0 AND sm_active_pct IS NOT NULL) AS sm_active_pct_ovl,
-           sum(nvlink_pct * dur_ns) FILTER (overlap_ns > 0)
-               / sum(dur_ns) FILTER (overlap_ns > 0 AND nvlink_pct IS NOT NULL) AS nvlink_pct_ovl,
-           sum(pcie_pct * dur_ns) FILTER (overlap_ns > 0)
-               / sum(dur_ns) FILTER (overlap_ns > 0 AND pcie_pct IS NOT NULL) AS pcie_pct_ovl,
-           sum(co_dram_pct * overlap_ns) FILTER (overlap_ns > 0)
-               / sum(overlap_ns) FILTER (overlap_ns > 0 AND co_dram_pct IS NOT NULL) AS co_dram_pct,
-           sum(co_working_set_bytes * overlap_ns) FILTER (overlap_ns > 0)
-               / sum(overlap_ns) FILTER (overlap_ns > 0 AND co_working_set_bytes IS NOT NULL) AS co_working_set_bytes
-    FROM kernel_instances GROUP BY run_id, device_id, nvtx, name, grid, block, dynamic_smem_bytes
+--   corunner_kind       VARCHAR  co-runner class with the most overlap time (ties: comm, compute, copy)
+--   corunner_sms        DOUBLE   SMs held by co-running kernels, averaged over the overlapped time
+--   sm_share            DOUBLE   co-runner SM share over the overlapped instances (time average)
+--   comm_sm_share       DOUBLE   communication kernels' SM share over the overlapped instances (time average)
+--   dram_pct_iso        DOUBLE   DRAM bandwidth during isolated instances (% of peak), median
+--   dram_pct_ovl        DOUBLE   DRAM bandwidth during overlapped instances (% of peak), median
+--   gpc_clock_mhz_iso   DOUBLE   GPC clock during isolated instances (MHz), median
+--   gpc_clock_mhz_ovl   DOUBLE   GPC clock during overlapped instances (MHz), median
+--   cycles_iso          DOUBLE   isolated duration in clock cycles, median
+--   cycles_ovl          DOUBLE   overlapped duration in clock cycles, median
+--   sm_active_pct_iso   DOUBLE   SMs Active during isolated instances (%), median
+--   sm_active_pct_ovl   DOUBLE   SMs Active during overlapped instances (%), median
+--   nvlink_pct_ovl      DOUBLE   NVLink during overlapped instances (% of peak), median
+--   pcie_pct_ovl        DOUBLE   PCIe during overlapped instances (% of peak), median
+--   power_w_iso         DOUBLE   NVML power around isolated instances (W), median
+--   power_w_ovl         DOUBLE   NVML power around overlapped instances (W), median
+--   co_dram_pct         DOUBLE   co-runners' isolated DRAM rate while overlapping (% of peak), time average
+--   co_working_set_bytes DOUBLE  profiled co-runners' working sets while overlapping (bytes), time average
+WITH inst AS (
+    SELECT i.*, b.group_id, b.t0_ns AS t0_inst, i.overlap_ns > 0 AS ovl
+    FROM instance_facts i JOIN _instance_baselines b USING (run_id, activity_id)
+), agg AS (
+    SELECT group_id, any_value(activity) AS activity, any_value(kind) AS kind, any_value(name) AS name,
+           any_value(short_name) AS short_name, any_value(grid) AS grid, any_value(block) AS block,
+           any_value(dynamic_smem_bytes) AS dynamic_smem_bytes, any_value(bytes) AS bytes, any_value(ctas) AS ctas,
+           any_value(sm_count) AS sm_count, any_value(threads_per_block) AS threads_per_block,
+           any_value(regs_per_thread) AS regs_per_thread, any_value(static_smem_bytes) AS static_smem_bytes,
+           sum(dur_ns) FILTER (ovl)::HUGEINT AS sum_t1_ns,
+           sum(t0_inst) FILTER (ovl) AS sum_t0_ns,
+           sum(overlap_ns) FILTER (ovl) / sum(dur_ns) FILTER (ovl) AS overlap_fraction,
+           sum(comm_overlap_ns) FILTER (ovl) / sum(dur_ns) FILTER (ovl) AS comm_fraction,
+           sum(comm_overlap_ns) FILTER (ovl) AS comm_ov, sum(compute_overlap_ns) FILTER (ovl) AS compute_ov,
+           sum(copy_overlap_ns) FILTER (ovl) AS copy_ov,
+           sum(corunner_sms * overlap_ns) FILTER (ovl) / sum(overlap_ns) FILTER (ovl) AS corunner_sms,
+           sum(sm_share * dur_ns) FILTER (ovl) / sum(dur_ns) FILTER (ovl) AS sm_share,
+           sum(comm_sm_share * dur_ns) FILTER (ovl) / sum(dur_ns) FILTER (ovl) AS comm_sm_share,
+           median(dram_pct) FILTER (NOT ovl) AS dram_pct_iso, median(dram_pct) FILTER (ovl) AS dram_pct_ovl,
+           median(gpc_clock_mhz) FILTER (NOT ovl) AS gpc_clock_mhz_iso,
+           median(gpc_clock_mhz) FILTER (ovl) AS gpc_clock_mhz_ovl,
+           median(cycles) FILTER (NOT ovl) AS cycles_iso, median(cycles) FILTER (ovl) AS cycles_ovl,
+           median(sm_active_pct) FILTER (NOT ovl) AS sm_active_pct_iso,
+           median(sm_active_pct) FILTER (ovl) AS sm_active_pct_ovl,
+           median(nvlink_pct) FILTER (ovl) AS nvlink_pct_ovl, median(pcie_pct) FILTER (ovl) AS pcie_pct_ovl,
+           median(power_w) FILTER (NOT ovl) AS power_w_iso, median(power_w) FILTER (ovl) AS power_w_ovl,
+           sum(co_dram_pct * overlap_ns) FILTER (ovl) / sum(overlap_ns) FILTER (ovl AND co_dram_pct IS NOT NULL)
+               AS co_dram_pct,
+           sum(co_working_set_bytes * overlap_ns) FILTER (ovl)
+               / sum(overlap_ns) FILTER (ovl AND co_working_set_bytes IS NOT NULL) AS co_working_set_bytes
+    FROM inst GROUP BY group_id
 )
-SELECT o.run_id, o.device_id, o.nvtx, o.name, o.short_name, o.grid, o.block, o.dynamic_smem_bytes, o.ctas,
+SELECT s.run_id, s.device_id, s.group_id, s.nvtx, a.activity, a.kind, a.name, a.short_name, a.grid, a.block,
+       a.dynamic_smem_bytes, a.bytes, s.occurrence, s.split, a.ctas,
        -- CTAs per SM: the tightest of the block, warp, register and shared-memory limits
-       greatest(1, least(
+       CASE WHEN a.activity = 'kernel' THEN greatest(1, least(
            coalesce(d.max_blocks_per_sm, 32),
-           coalesce(d.max_warps_per_sm, 64) // greatest(1, ceil(o.threads_per_block / 32.0))::BIGINT,
-           CASE WHEN o.regs_per_thread > 0 THEN coalesce(d.max_regs_per_sm, 65536)
-                // (o.regs_per_thread * 32 * ceil(o.threads_per_block / 32.0))::BIGINT END,
-           CASE WHEN o.dynamic_smem_bytes + o.static_smem_bytes > 0 THEN coalesce(d.max_smem_per_sm_bytes, 233472)
-                // (o.dynamic_smem_bytes + o.static_smem_bytes) END))::BIGINT AS occupancy,
-       o.sm_count, o.n, o.n_overlapped, coalesce(b.n_isolated, 0) AS n_isolated, b.t0_ns, b.t0_spread,
-       o.t1_ns, o.sum_t1_ns, o.overlap_fraction, o.comm_fraction, o.corunner_kind, o.corunner_sms, o.sm_share,
-       o.comm_sm_share, b.dram_pct_iso, o.dram_pct_ovl, b.gpc_clock_mhz_iso, o.gpc_clock_mhz_ovl,
-       b.sm_active_pct_iso, o.sm_active_pct_ovl, o.nvlink_pct_ovl, o.pcie_pct_ovl, o.co_dram_pct,
-       o.co_working_set_bytes
-FROM ovl o
-LEFT JOIN _baselines b ON b.run_id = o.run_id AND b.device_id = o.device_id AND b.name = o.name
-     AND b.grid = o.grid AND b.block = o.block AND b.dynamic_smem_bytes = o.dynamic_smem_bytes
-LEFT JOIN devices d ON d.run_id = o.run_id AND d.device_id = o.device_id
+           coalesce(d.max_warps_per_sm, 64) // greatest(1, ceil(a.threads_per_block / 32.0))::BIGINT,
+           CASE WHEN a.regs_per_thread > 0 THEN coalesce(d.max_regs_per_sm, 65536)
+                // (a.regs_per_thread * 32 * ceil(a.threads_per_block / 32.0))::BIGINT END,
+           CASE WHEN a.dynamic_smem_bytes + a.static_smem_bytes > 0 THEN coalesce(d.max_smem_per_sm_bytes, 233472)
+                // (a.dynamic_smem_bytes + a.static_smem_bytes) END))::BIGINT END AS occupancy,
+       a.sm_count, s.n, s.n_overlapped, s.n_isolated, s.t0_ns, s.t0_lo_ns, s.t0_hi_ns, s.t0_spread, s.t1_ns,
+       s.t1_lo_ns, s.t1_hi_ns, a.sum_t1_ns, a.sum_t0_ns, s.slowdown, s.slowdown_lo, s.slowdown_hi,
+       s.significant AS significant_stat, s.baseline, s.baseline_drift, s.drift, s.conflated, s.note,
+       a.overlap_fraction, a.comm_fraction,
+       CASE WHEN coalesce(a.comm_ov, 0) + coalesce(a.compute_ov, 0) + coalesce(a.copy_ov, 0) = 0 THEN NULL
+            WHEN a.comm_ov >= greatest(a.compute_ov, a.copy_ov) THEN 'comm'
+            WHEN a.compute_ov >= a.copy_ov THEN 'compute' ELSE 'copy' END AS corunner_kind,
+       a.corunner_sms, a.sm_share, a.comm_sm_share, a.dram_pct_iso, a.dram_pct_ovl, a.gpc_clock_mhz_iso,
+       a.gpc_clock_mhz_ovl, a.cycles_iso, a.cycles_ovl, a.sm_active_pct_iso, a.sm_active_pct_ovl, a.nvlink_pct_ovl,
+       a.pcie_pct_ovl, a.power_w_iso, a.power_w_ovl, a.co_dram_pct, a.co_working_set_bytes
+FROM _signature_stats s JOIN agg a USING (group_id)
+LEFT JOIN devices d ON d.run_id = s.run_id AND d.device_id = s.device_id

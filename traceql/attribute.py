@@ -16,43 +16,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import duckdb
+import numpy as np
 import pyarrow as pa
 
-from . import store
+from . import analysis, store
+from .baselines import External
 from .errors import BadInputError, MissingInputError, TraceqlError, UsageError
-from .queries_loader import materialize
 
-JSON_SCHEMA_VERSION = 1
+# 2: every activity is a row (activity, kind), slowdowns carry intervals, significance is the interval's
+JSON_SCHEMA_VERSION = 2
 FACTORS = ("sm", "dram_bw", "cache", "clock", "link")
-
-NVTX_GROUPS_SQL = """
-CREATE OR REPLACE VIEW _kernel_groups AS
-WITH launches AS (
-    SELECT k.run_id, k.global_pid, k.correlation_id, r.global_tid, r.start_ns AS t
-    FROM kernels k JOIN runtime_api r
-      ON r.run_id = k.run_id AND r.global_pid = k.global_pid AND r.correlation_id = k.correlation_id
-    WHERE k.kind = 'compute'
-), ranges AS (
-    SELECT n.run_id, n.global_tid, n.start_ns, n.end_ns, n.text
-    FROM nvtx n, _nvtx_glob g
-    WHERE n.event_type IN ('push_pop', 'start_end') AND n.text GLOB g.pattern
-)
--- the innermost matching range of the launching thread: the latest-starting one around the launch
-SELECT l.run_id, l.global_pid, l.correlation_id, arg_max(r.text, r.start_ns) AS nvtx
-FROM launches l JOIN ranges r
-  ON r.run_id = l.run_id AND r.global_tid = l.global_tid AND r.start_ns <= l.t AND l.t <= r.end_ns
-GROUP BY ALL
-"""
-
-EXTERNAL_BASELINE_SQL = """
-CREATE OR REPLACE VIEW _baselines AS
-SELECT o.run_id, o.device_id, b.name, b.grid, b.block, b.dynamic_smem_bytes, b.n_isolated, b.t0_ns, b.t0_spread,
-       b.sm_active_pct_iso, b.dram_pct_iso, b.gpc_clock_mhz_iso
-FROM (SELECT DISTINCT run_id, device_id FROM kernels) o
-JOIN devices d USING (run_id, device_id)
-JOIN _external_baseline b ON b.gpu_name = d.name
-"""
-
 
 @dataclass
 class Attribution:
@@ -67,8 +40,10 @@ class Attribution:
         rows = []
         for r in self.kernels.to_pylist():
             explained = {f: _num(r.pop(f)) for f in FACTORS}
+            interval = {f: [_num(r.pop(f"{f}_lo")), _num(r.pop(f"{f}_hi"))] for f in FACTORS}
             row = {k: _num(v) for k, v in r.items()}
             row["explained"] = explained
+            row["explained_interval"] = interval
             rows.append(row)
         return {
             "schema_version": JSON_SCHEMA_VERSION,
@@ -87,7 +62,7 @@ class Attribution:
 
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        (out / "attribution.json").write_text(json.dumps(self.to_json(), indent=1, default=str))
+        (out / "attribution.json").write_text(json.dumps(self.to_json(), indent=1, default=str, sort_keys=False))
         pq.write_table(self.kernels, out / "kernels.parquet")
         pq.write_table(self.summary, out / "summary.parquet")
 
@@ -113,13 +88,20 @@ def _as_store(inputs: list[Path], workdir: Path) -> list[Path]:
     return dirs
 
 
-KERNEL_COLUMNS = """run_id, device_id, nvtx, name, short_name, grid, block, dynamic_smem_bytes, n, n_overlapped,
-    n_isolated, t0_ns, t0_spread, t1_ns, slowdown, in_overlap_slowdown, overlap_fraction, comm_fraction, sm_share,
-    comm_sm_share, corunner_kind, corunner_sms, occupancy, sm_predicted, sm, dram_bw, cache, clock, link, residual,
-    class, significant, reason, dram_pct_iso, dram_pct_ovl, gpc_clock_mhz_iso, gpc_clock_mhz_ovl, sm_active_pct_iso,
-    sm_active_pct_ovl, nvlink_pct_ovl, pcie_pct_ovl, co_dram_pct, occupancy_source, launch_occupancy, ncu_match,
-    ncu_ctas_per_sm, ncu_dram_pct, ncu_l2_hit_pct, ncu_working_set_bytes, co_working_set_bytes, l2_bytes,
-    cache_evidence"""
+KERNEL_COLUMNS = """run_id, device_id, nvtx, group_id, activity, kind, name, short_name, grid, block, dynamic_smem_bytes, bytes,
+    occurrence, split, n, n_overlapped, n_isolated, baseline, t0_ns, t0_lo_ns, t0_hi_ns, t0_spread, t1_ns,
+    t1_lo_ns, t1_hi_ns, slowdown, slowdown_lo, slowdown_hi, significant, baseline_drift, conflated,
+    in_overlap_slowdown, overlap_fraction, comm_fraction, sm_share, comm_sm_share, corunner_kind, corunner_sms,
+    occupancy, sm_predicted, sm, sm_lo, sm_hi, dram_bw, dram_bw_lo, dram_bw_hi, cache, cache_lo, cache_hi,
+    clock, clock_lo, clock_hi, link, link_lo, link_hi, residual, class, reason, dram_pct_iso, dram_pct_ovl,
+    gpc_clock_mhz_iso, gpc_clock_mhz_ovl, sm_active_pct_iso, sm_active_pct_ovl, nvlink_pct_ovl, pcie_pct_ovl,
+    co_dram_pct, occupancy_source, launch_occupancy, ncu_match, ncu_ctas_per_sm, ncu_dram_pct, ncu_l2_hit_pct,
+    ncu_working_set_bytes, co_working_set_bytes, l2_bytes, cache_evidence"""
+# compute kernels beside communication lead (the question traceql answers first), then what cost the most time;
+# the tail of the key makes the order total, so the same input always gives the same output
+KERNEL_ORDER = """(kind = 'compute' AND comm_fraction > 0) DESC, significant DESC,
+    (sum_t1_ns - sum_t0_ns) DESC NULLS LAST, sum_t1_ns DESC NULLS LAST, run_id, device_id, nvtx NULLS FIRST, name,
+    grid NULLS FIRST, block NULLS FIRST, dynamic_smem_bytes NULLS FIRST, bytes NULLS FIRST, occurrence NULLS FIRST"""
 
 
 def attribute(inputs: list[str | Path] | str | Path, *, baseline: str | Path | None = None,
@@ -162,20 +144,19 @@ def attribute(inputs: list[str | Path] | str | Path, *, baseline: str | Path | N
         _check_ncu(con, ncu_runs)
         notes += _ncu_notes(con)
         if group_by_nvtx:
-            con.execute("CREATE OR REPLACE TEMP TABLE _nvtx_glob AS SELECT $1::VARCHAR AS pattern", [group_by_nvtx])
-            con.execute(NVTX_GROUPS_SQL)
-        if baseline is not None:
-            _use_baseline(con, Path(baseline), Path(workdir) / "baseline")
+            analysis.group_by_nvtx(con, group_by_nvtx)
+        external = _external(con, Path(baseline) if baseline is not None else None, Path(workdir) / "baseline")
         if con.sql("SELECT count(*) FROM kernels WHERE kind = 'comm'").fetchall()[0][0] == 0 and \
                 con.sql("SELECT count(*) FROM memcpy WHERE is_peer").fetchall()[0][0] == 0:
             notes.append("no communication (NCCL kernels or peer copies) in the input: the results describe "
                          "overlap with other kernels and copies only")
-        materialize(con)  # the views read each other many times over: compute each once
+        analysis.prepare(con, external)
+        notes += _unattributed_notes(con)
         where = "WHERE comm_fraction > 0" if focus == "comm" else ""
-        kernels = con.sql(f"""SELECT {KERNEL_COLUMNS} FROM kernel_attribution {where}
-                              ORDER BY significant DESC, (t1_ns - t0_ns) * n_overlapped DESC NULLS LAST,
-                                       sum_t1_ns DESC NULLS LAST""").to_arrow_table()
-        summary = con.sql("SELECT * FROM device_summary ORDER BY run_id, device_id, nvtx NULLS FIRST").to_arrow_table()
+        kernels = con.sql(f"SELECT {KERNEL_COLUMNS} FROM kernel_attribution {where} ORDER BY {KERNEL_ORDER}") \
+            .to_arrow_table()
+        summary = con.sql("SELECT * FROM device_summary ORDER BY run_id, device_id, nvtx NULLS FIRST") \
+            .to_arrow_table()
         runs = con.sql("SELECT run_id, source_path, format, tool_version, gpu_names FROM runs ORDER BY run_id") \
             .to_arrow_table()
         return Attribution(runs, summary, kernels, notes)
@@ -184,24 +165,46 @@ def attribute(inputs: list[str | Path] | str | Path, *, baseline: str | Path | N
             tmp.cleanup()
 
 
-def _use_baseline(con: duckdb.DuckDBPyConnection, baseline: Path, workdir: Path) -> None:
-    bdirs = _as_store([baseline], workdir)
-    bcon = store.connect(bdirs)
-    try:
-        table = bcon.sql("""SELECT d.name AS gpu_name, b.name, b.grid, b.block, b.dynamic_smem_bytes,
-                                   sum(b.n_isolated) AS n_isolated, median(b.t0_ns) AS t0_ns,
-                                   max(b.t0_spread) AS t0_spread, avg(b.sm_active_pct_iso) AS sm_active_pct_iso,
-                                   avg(b.dram_pct_iso) AS dram_pct_iso, avg(b.gpc_clock_mhz_iso) AS gpc_clock_mhz_iso
-                            FROM _baselines b JOIN devices d USING (run_id, device_id) GROUP BY ALL""").to_arrow_table()
-        base_gpus = {r[0] for r in bcon.sql("SELECT DISTINCT name FROM devices").fetchall()}
-    finally:
-        bcon.close()
-    run_gpus = {r[0] for r in con.sql("SELECT DISTINCT name FROM devices").fetchall()}
-    if base_gpus and run_gpus and not (base_gpus & run_gpus):
-        raise BadInputError(f"--baseline {baseline}: recorded on {', '.join(sorted(base_gpus))}, but the input ran "
-                            f"on {', '.join(sorted(run_gpus))}; a baseline must come from the same GPU model")
-    con.register("_external_baseline", table)
-    con.execute(EXTERNAL_BASELINE_SQL)
+def _external(con: duckdb.DuckDBPyConnection, baseline: Path | None, workdir: Path) -> External | None:
+    """Isolated durations from elsewhere for signatures the trace never ran alone: a baseline run's isolated
+    instances (``--baseline``; then every signature takes its baseline from there), else Nsight Compute's."""
+    durations: dict = {}
+    if baseline is not None:
+        bcon = store.connect(_as_store([baseline], workdir))
+        try:
+            base_gpus = {r[0] for r in bcon.sql("SELECT DISTINCT name FROM devices").fetchall()}
+            rows = bcon.sql("""SELECT d.name, i.sig, list(i.dur_ns ORDER BY i.dur_ns)
+                               FROM instance_facts i JOIN devices d USING (run_id, device_id)
+                               WHERE i.overlap_ns = 0 AND i.dur_ns > 0 GROUP BY ALL""").fetchall()
+        finally:
+            bcon.close()
+        run_gpus = {r[0] for r in con.sql("SELECT DISTINCT name FROM devices").fetchall()}
+        if base_gpus and run_gpus and not (base_gpus & run_gpus):
+            raise BadInputError(f"--baseline {baseline}: recorded on {', '.join(sorted(base_gpus))}, but the input "
+                                f"ran on {', '.join(sorted(run_gpus))}; a baseline must come from the same GPU model")
+        durations = {(gpu, int(sig)): ("baseline run", np.array(d, dtype=float)) for gpu, sig, d in rows}
+        return External(durations, replace=True)
+    # Nsight Compute's isolated duration of the same kernel (exact launch configuration), for what never ran alone
+    rows = con.sql("""SELECT d.name, hash('kernel', m.name, m.grid, m.block, m.dynamic_smem_bytes, NULL::BIGINT),
+                             m.duration_ns
+                      FROM ncu_match m JOIN devices d USING (run_id, device_id)
+                      WHERE m.match = 'exact' AND m.duration_ns > 0""").fetchall()
+    durations = {(gpu, int(sig)): ("ncu", np.array([dur], dtype=float)) for gpu, sig, dur in rows}
+    return External(durations, replace=False) if durations else None
+
+
+def _unattributed_notes(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """Say what overlapped activity got no attributed row, and why, instead of leaving it out silently."""
+    notes = []
+    for reason, groups, inst, ms in con.sql("""
+            SELECT CASE WHEN conflated THEN 'their isolated durations mix different work (class conflated)'
+                        ELSE 'they have no baseline (no isolated instance; give --baseline or --ncu)' END,
+                   count(*), sum(n_overlapped), sum(sum_t1_ns) / 1e6
+            FROM kernel_signatures WHERE n_overlapped > 0 AND (conflated OR t0_ns IS NULL)
+            GROUP BY 1 ORDER BY 1""").fetchall():
+        notes.append(f"{inst} overlapped instances ({ms:.3f} ms) in {groups} signature group(s) are not attributed: "
+                     f"{reason}")
+    return notes
 
 
 def _ncu_store(items: list[Path], input_dirs: list[Path], workdir: Path) -> tuple[Path | None, dict[Path, list[str]]]:

@@ -65,15 +65,12 @@ def create_views(con: duckdb.DuckDBPyConnection) -> list[str]:
     return created
 
 
-# The views that several others read, upstream first. DuckDB expands a view at every reference, so a chain of
-# views that each read the one before recomputes the whole chain many times over; computing these once into
-# temporary tables (and pointing the views at them) makes a whole attribution seconds instead of minutes.
-SHARED_VIEWS = ("_metric_samples", "_activity_steps", "kernel_overlap", "kernel_metrics", "_activity_dram",
-                "_corunner_dram", "kernel_instances", "_baselines", "kernel_signatures", "kernel_attribution",
-                "device_summary")
+# DuckDB expands a view at every reference, so a chain of views that each read the one before recomputes the whole
+# chain many times over; computing the shared ones once into temporary tables (and pointing the views at them)
+# makes a whole attribution seconds instead of minutes. traceql.analysis names them.
 
 
-def materialize(con: duckdb.DuckDBPyConnection, views: tuple[str, ...] = SHARED_VIEWS) -> None:
+def materialize(con: duckdb.DuckDBPyConnection, views: tuple[str, ...]) -> None:
     """Compute ``views`` once on this connection; later queries of them (and of views over them) read the result.
 
     Do it after every view the results depend on is final (NVTX groups, an external baseline).

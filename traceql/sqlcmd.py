@@ -12,6 +12,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
+from .analysis import needs_prepare, prepare
 from .errors import BadInputError, UsageError
 from .store import connect
 
@@ -21,6 +22,8 @@ FORMATS = ("table", "csv", "json", "parquet")
 def query(run_dirs: list[Path], sql: str) -> pa.Table:
     con = connect(run_dirs)
     try:
+        if needs_prepare(sql):  # the views over baselines need them computed first
+            prepare(con)
         return con.sql(sql).to_arrow_table()
     except duckdb.Error as exc:
         raise BadInputError(f"query failed: {exc}") from exc

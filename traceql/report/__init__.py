@@ -159,15 +159,13 @@ def _concat(tables: list[pa.Table], section: Section) -> pa.Table:
 
 def _map_run(rec: Recipe, dirs: list[Path], run_id: str, label: str, ncu_runs: list[str]) -> list[dict[str, pa.Table]]:
     """Every section's queries for one run, on a connection that sees that run and the Nsight Compute runs."""
-    from ..attribute import NVTX_GROUPS_SQL
-    from ..queries_loader import materialize
+    from ..analysis import group_by_nvtx, prepare
 
     con = store.connect(dirs, run_ids={run_id, *ncu_runs})
     try:
         if rec.group_by_nvtx:
-            con.execute("CREATE OR REPLACE TEMP TABLE _nvtx_glob AS SELECT $1::VARCHAR AS pattern", [rec.group_by_nvtx])
-            con.execute(NVTX_GROUPS_SQL)
-        materialize(con)
+            group_by_nvtx(con, rec.group_by_nvtx)
+        prepare(con)
         out = []
         for s in rec.sections:
             tables = {}

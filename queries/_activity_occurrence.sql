@@ -1,0 +1,27 @@
+-- _activity_occurrence: where each activity was launched: the innermost NVTX range (push/pop or start/end) open on
+-- the launching thread at the launch, and the activity's occurrence there: 0 for the first launch of its signature
+-- inside that range instance, 1 for the second... The same signature at different occurrences of a step is often
+-- different work (the same GEMM tile grid over another K): baselines compare like occurrence with like.
+-- Activities launched outside any range, or without a launch record, have no row.
+-- columns:
+--   run_id          VARCHAR  run
+--   activity_id     BIGINT   activity (_activities)
+--   global_tid      BIGINT   launching thread
+--   step_start_ns   BIGINT   start of the innermost enclosing NVTX range (ns): the range instance
+--   occurrence      BIGINT   launches of the same signature before it inside that range instance
+WITH launches AS (
+    SELECT a.run_id, a.activity_id, a.sig, r.global_tid, r.start_ns AS t
+    FROM _activities a JOIN runtime_api r
+      ON r.run_id = a.run_id AND r.global_pid = a.global_pid AND r.correlation_id = a.correlation_id
+), ranges AS (
+    SELECT run_id, global_tid, start_ns, end_ns FROM nvtx WHERE event_type IN ('push_pop', 'start_end')
+), enclosing AS (
+    SELECT l.run_id, l.activity_id, l.sig, l.global_tid, l.t, max(r.start_ns) AS step_start_ns
+    FROM launches l JOIN ranges r
+      ON r.run_id = l.run_id AND r.global_tid = l.global_tid AND r.start_ns <= l.t AND l.t <= r.end_ns
+    GROUP BY ALL
+)
+SELECT run_id, activity_id, global_tid, step_start_ns,
+       row_number() OVER (PARTITION BY run_id, global_tid, step_start_ns, sig ORDER BY t, activity_id) - 1
+           AS occurrence
+FROM enclosing

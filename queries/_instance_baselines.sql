@@ -1,0 +1,12 @@
+-- _instance_baselines: per activity, the group it is compared within and its baseline duration. Computed by
+-- traceql.baselines (attribute, report and `traceql sql` compute it before reading the views that need it; from
+-- Python, traceql.analysis.prepare(con)); empty until then.
+-- columns:
+--   run_id       VARCHAR  run
+--   activity_id  BIGINT   activity (_activities)
+--   group_id     BIGINT   its (sub-)signature group (_signature_stats)
+--   t0_ns        DOUBLE   the baseline duration it is compared with (ns; NULL without a baseline or when conflated)
+--   baseline     VARCHAR  where t0 comes from: isolated, isolated nearest in time, baseline run, ncu
+SELECT NULL::VARCHAR AS run_id, NULL::BIGINT AS activity_id, NULL::BIGINT AS group_id, NULL::DOUBLE AS t0_ns,
+       NULL::VARCHAR AS baseline
+WHERE false

@@ -1,0 +1,39 @@
+-- _signature_stats: per (sub-)signature group, baseline and overlapped durations with intervals (traceql.baselines;
+-- empty until computed, see _instance_baselines).
+-- columns:
+--   group_id       BIGINT   group
+--   run_id         VARCHAR  run
+--   device_id      INTEGER  physical GPU
+--   nvtx           VARCHAR  NVTX group (NULL unless grouping by NVTX)
+--   sig            UBIGINT  signature hash (_activities)
+--   occurrence     BIGINT   occurrence in the step when the signature was split by occurrence, else NULL
+--   split          VARCHAR  occurrence when the signature was split, else NULL
+--   n              BIGINT   instances
+--   n_overlapped   BIGINT   instances overlapped by another activity
+--   n_isolated     BIGINT   isolated instances in the trace
+--   t0_ns          DOUBLE   baseline duration, median (ns)
+--   t0_lo_ns       DOUBLE   its 95% interval, lower bound (ns)
+--   t0_hi_ns       DOUBLE   its 95% interval, upper bound (ns)
+--   t0_spread      DOUBLE   baseline interquartile range / median
+--   t1_ns          DOUBLE   overlapped duration, median (ns)
+--   t1_lo_ns       DOUBLE   its 95% interval, lower bound (ns)
+--   t1_hi_ns       DOUBLE   its 95% interval, upper bound (ns)
+--   slowdown       DOUBLE   t1/t0 - 1 (medians), or the median per-instance ratio - 1 under a drifting baseline
+--   slowdown_lo    DOUBLE   its 95% interval, lower bound
+--   slowdown_hi    DOUBLE   its 95% interval, upper bound
+--   significant    BOOLEAN  the interval excludes 0 and |slowdown| >= 1%
+--   baseline       VARCHAR  isolated, isolated nearest in time, baseline run, ncu, or NULL
+--   drift_tau      DOUBLE   Kendall tau of the isolated durations against time
+--   drift_p        DOUBLE   its Mann-Kendall p-value
+--   drift          DOUBLE   Theil-Sen change of the isolated durations over their span / median
+--   baseline_drift BOOLEAN  the isolated durations drift (p < 0.01 and |drift| >= 1%)
+--   conflated      BOOLEAN  isolated durations are a mixture that could not be split: left out of aggregates
+--   note           VARCHAR  why a number is missing or left out
+SELECT NULL::BIGINT AS group_id, NULL::VARCHAR AS run_id, NULL::INTEGER AS device_id, NULL::VARCHAR AS nvtx,
+       NULL::UBIGINT AS sig, NULL::BIGINT AS occurrence, NULL::VARCHAR AS split, NULL::BIGINT AS n,
+       NULL::BIGINT AS n_overlapped, NULL::BIGINT AS n_isolated, NULL::DOUBLE AS t0_ns, NULL::DOUBLE AS t0_lo_ns,
+       NULL::DOUBLE AS t0_hi_ns, NULL::DOUBLE AS t0_spread, NULL::DOUBLE AS t1_ns, NULL::DOUBLE AS t1_lo_ns,
+       NULL::DOUBLE AS t1_hi_ns, NULL::DOUBLE AS slowdown, NULL::DOUBLE AS slowdown_lo, NULL::DOUBLE AS slowdown_hi,
+       NULL::BOOLEAN AS significant, NULL::VARCHAR AS baseline, NULL::DOUBLE AS drift_tau, NULL::DOUBLE AS drift_p,
+       NULL::DOUBLE AS drift, NULL::BOOLEAN AS baseline_drift, NULL::BOOLEAN AS conflated, NULL::VARCHAR AS note
+WHERE false

@@ -1,0 +1,297 @@
+"""Tests for traceql.stats: interval coverage, exact order-statistic ranks, determinism, trend and mode splitting."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from statistics import NormalDist
+
+import numpy as np
+import pytest
+
+from traceql.stats import (
+    median_ci,
+    ratio_ci,
+    relative_spread,
+    scale_interval,
+    seed_for,
+    slowdown_ci,
+    split_modes,
+    trend,
+)
+
+
+def _binomial_lower_rank(n: int, level: float) -> int:
+    """Largest 1-based rank r with P(K <= r - 1) <= (1 - level) / 2 for K ~ Binomial(n, 1/2), by brute force."""
+    best, tail = 0, 0
+    for r in range(1, n + 1):
+        tail += math.comb(n, r - 1)  # P(K <= r - 1) * 2**n
+        if tail / 2**n > (1 - level) / 2:
+            break
+        best = r
+    return best
+
+
+# --- seed_for -----------------------------------------------------------------------------------------------------
+
+
+def test_seed_for_is_pinned_and_distinguishes_keys():
+    # Pinned values: a switch to Python's salted hash() or to another digest would change them.
+    assert seed_for("a", 1) == 12444202034427101082
+    assert seed_for(("gemm", 3), "x") == 8444249881148868852
+    assert seed_for("a", 1) != seed_for("a", 2) != seed_for(("a", 1))
+    assert 0 <= seed_for() < 2**64
+
+
+# --- median_ci ----------------------------------------------------------------------------------------------------
+
+
+def test_median_ci_exact_ranks_hand_checked():
+    x = np.arange(1, 21)
+    lo_rank = _binomial_lower_rank(20, 0.95)
+    hi_rank = 21 - lo_rank
+    assert (lo_rank, hi_rank) == (6, 15)
+    # The chosen ranks cover >= 95%, and one rank tighter would not.
+    cover = sum(math.comb(20, k) for k in range(lo_rank, hi_rank)) / 2**20
+    tighter = sum(math.comb(20, k) for k in range(lo_rank + 1, hi_rank - 1)) / 2**20
+    assert cover >= 0.95 > tighter
+    med, lo, hi = median_ci(x[::-1])  # unsorted input
+    assert (med, lo, hi) == (10.5, 6.0, 15.0)
+
+
+def test_median_ci_normal_approximation_matches_exact_ranks_near_switch():
+    x = np.arange(1, 1002, dtype=float)  # n = 1001 takes the normal-approximation branch
+    lo_rank = _binomial_lower_rank(1001, 0.95)
+    _, lo, hi = median_ci(x)
+    assert abs(lo - lo_rank) <= 1
+    assert abs(hi - (1002 - lo_rank)) <= 1
+
+
+def test_median_ci_coverage_lognormal():
+    rng = np.random.default_rng(20240611)
+    samples = rng.lognormal(mean=2.0, sigma=0.7, size=(400, 30))
+    true_median = math.exp(2.0)
+    hits = 0
+    for row in samples:
+        med, lo, hi = median_ci(row)
+        assert lo <= med <= hi
+        hits += lo <= true_median <= hi
+    assert 0.92 <= hits / 400 <= 0.985
+
+
+def test_median_ci_small_n():
+    assert all(math.isnan(v) for v in median_ci([]))
+    med, lo, hi = median_ci([3, 1, 2, 5, 4])
+    assert med == 3.0 and math.isnan(lo) and math.isnan(hi)
+    _, lo, hi = median_ci([3, 1, 2, 5, 4, 6])  # n = 6 is the smallest n with a 95% interval: (min, max)
+    assert (lo, hi) == (1.0, 6.0)
+    _, lo, _ = median_ci([3, 1, 2, 5, 4, 6], level=0.99)
+    assert math.isnan(lo)
+    with pytest.raises(ValueError):
+        median_ci([1, 2, 3], level=1.5)
+
+
+# --- slowdown_ci --------------------------------------------------------------------------------------------------
+
+
+def _durations(rng: np.random.Generator, n: int, center: float, noise: float = 0.05) -> np.ndarray:
+    return np.round(center * rng.lognormal(0.0, noise, n)).astype(np.int64)
+
+
+def test_slowdown_point_is_exact_median_ratio():
+    rng = np.random.default_rng(1)
+    t0, t1 = _durations(rng, 101, 1e5), _durations(rng, 57, 1.2e5)
+    s, _, _ = slowdown_ci(t0, t1, key=("k",), n_boot=200)
+    assert s == float(np.median(t1)) / float(np.median(t0)) - 1.0
+
+
+def test_slowdown_ci_detects_shift_and_contains_truth():
+    rng = np.random.default_rng(2)
+    t0, t1 = _durations(rng, 300, 1e5), _durations(rng, 300, 1.11e5)
+    s, lo, hi = slowdown_ci(t0, t1, key=("gemm", 0))
+    assert lo < s < hi
+    assert lo <= 0.11 <= hi
+    assert lo > 0.0
+    assert hi - lo < 0.05
+
+
+def test_slowdown_ci_identical_distributions_contains_zero():
+    rng = np.random.default_rng(3)
+    t0, t1 = _durations(rng, 200, 1e5), _durations(rng, 150, 1e5)
+    _, lo, hi = slowdown_ci(t0, t1, key=("same",))
+    assert lo <= 0.0 <= hi
+
+
+def test_slowdown_ci_coverage():
+    rng = np.random.default_rng(4)
+    hits = 0
+    for rep in range(200):
+        t0 = 1e5 * rng.lognormal(0.0, 0.1, 40)
+        t1 = 1.05e5 * rng.lognormal(0.0, 0.1, 40)
+        _, lo, hi = slowdown_ci(t0, t1, key=("cov", rep), n_boot=400)
+        hits += lo <= 0.05 <= hi
+    assert 0.88 <= hits / 200 <= 0.995
+
+
+def test_slowdown_ci_is_deterministic_and_keyed():
+    rng = np.random.default_rng(5)
+    t0, t1 = _durations(rng, 80, 1e5), _durations(rng, 80, 1.03e5)
+    a = slowdown_ci(t0, t1, key=("k", 1), n_boot=500)
+    b = slowdown_ci(t0.copy(), t1.copy(), key=("k", 1), n_boot=500)
+    c = slowdown_ci(t0, t1, key=("k", 2), n_boot=500)
+    assert a == b
+    assert a[0] == c[0]
+    assert a[1:] != c[1:]
+    # Depends on the values only, not on the order they were collected in.
+    assert slowdown_ci(rng.permutation(t0), rng.permutation(t1), key=("k", 1), n_boot=500) == a
+
+
+def test_slowdown_ci_subsampling_path():
+    rng = np.random.default_rng(6)
+    t0, t1 = _durations(rng, 5000, 1e5), _durations(rng, 3000, 1.11e5)
+    a = slowdown_ci(t0, t1, key=("big",), n_boot=300, max_n=1000)
+    b = slowdown_ci(rng.permutation(t0), t1, key=("big",), n_boot=300, max_n=1000)
+    assert a == b
+    s, lo, hi = a
+    assert s == float(np.median(t1)) / float(np.median(t0)) - 1.0  # point estimate uses all values
+    assert lo <= 0.11 <= hi and lo > 0.0
+    # A subsample of 1000 is noisier than all 5000/3000 values: the interval is wider than without subsampling.
+    _, lo_full, hi_full = slowdown_ci(t0, t1, key=("big",), n_boot=300, max_n=5000)
+    assert hi - lo > hi_full - lo_full
+
+
+def test_slowdown_ci_degenerate_inputs():
+    assert all(math.isnan(v) for v in slowdown_ci([], [1, 2], key=("e",)))
+    assert all(math.isnan(v) for v in slowdown_ci([1, 2], [], key=("e",)))
+    assert all(math.isnan(v) for v in slowdown_ci([0, 0, 1], [1, 2], key=("e",)))
+    s, lo, hi = slowdown_ci([100], [110, 130], key=("e",))
+    assert s == pytest.approx(0.2) and math.isnan(lo) and math.isnan(hi)
+
+
+# --- ratio_ci, scale_interval, relative_spread --------------------------------------------------------------------
+
+
+def test_ratio_ci_uses_order_statistics():
+    r = 1.0 + np.arange(1, 21) / 100.0  # 1.01 .. 1.20
+    m, lo, hi = ratio_ci(r[::-1], key=("r",))
+    assert m == pytest.approx(0.105)
+    assert lo == pytest.approx(0.06)  # 6th order statistic
+    assert hi == pytest.approx(0.15)  # 15th order statistic
+    m, lo, hi = ratio_ci([1.1, 1.2], key=("r",))
+    assert m == pytest.approx(0.15) and math.isnan(lo) and math.isnan(hi)
+
+
+def test_scale_interval():
+    assert scale_interval(0.05, 0.2, 0.1, 0.3) == pytest.approx((0.025, 0.075))
+    # A negative slowdown flips the bounds: the result is still ordered.
+    assert scale_interval(0.1, -0.2, -0.3, -0.1) == pytest.approx((0.05, 0.15))
+    assert all(math.isnan(v) for v in scale_interval(0.1, 0.0, -0.1, 0.1))
+    assert all(math.isnan(v) for v in scale_interval(0.1, float("nan"), 0.0, 0.1))
+    assert all(math.isnan(v) for v in scale_interval(0.1, 0.2, float("nan"), 0.3))
+
+
+def test_relative_spread():
+    assert relative_spread([5, 1, 3, 2, 4]) == pytest.approx(2 / 3)
+    assert math.isnan(relative_spread([7]))
+    assert relative_spread([10, 10, 10, 10]) == 0.0
+
+
+# --- trend --------------------------------------------------------------------------------------------------------
+
+
+def _drift(n: int, rel: float, seed: int) -> tuple[np.ndarray, np.ndarray, float]:
+    rng = np.random.default_rng(seed)
+    t = 1_700_000_000_000_000_000 + np.arange(n, dtype=np.int64) * 1_000_000  # int64 ns near a real epoch
+    frac = (t - t[0]) / (t[-1] - t[0])
+    x = 1000.0 * (1.0 + rel * frac) + rng.normal(0.0, 10.0, n)
+    true_rel = 1000.0 * rel / (1000.0 * (1.0 + rel / 2))  # slope * span / median
+    return t, x, true_rel
+
+
+def test_trend_detects_linear_drift():
+    t, x, true_rel = _drift(500, 0.1, seed=7)
+    tau, p, rel = trend(t, x)
+    assert p < 0.01 and tau > 0.3
+    assert rel == pytest.approx(true_rel, abs=0.01)
+    tau, p, rel = trend(t, x[::-1])
+    assert p < 0.01 and tau < -0.3 and rel == pytest.approx(-true_rel, abs=0.01)
+
+
+def test_trend_iid_noise_not_significant():
+    rng = np.random.default_rng(8)
+    t = np.arange(300, dtype=np.int64) * 1000
+    tau, p, rel = trend(t, rng.normal(100.0, 5.0, 300))
+    assert p > 0.01
+    assert abs(tau) < 0.1 and abs(rel) < 0.05
+
+
+def test_trend_subsample_and_unsorted_time():
+    t, x, true_rel = _drift(5000, -0.08, seed=9)
+    perm = np.random.default_rng(10).permutation(5000)
+    a = trend(t, x)
+    assert a == trend(t[perm], x[perm])
+    tau, p, rel = a
+    assert p < 0.01 and tau < 0
+    assert rel == pytest.approx(true_rel, abs=0.01)
+
+
+def test_trend_tau_b_matches_brute_force_with_ties():
+    t = np.array([1, 2, 2, 3, 4, 5, 5, 5, 6, 7, 8, 9], dtype=np.int64)
+    x = np.array([3, 1, 4, 4, 2, 5, 5, 6, 3, 7, 7, 9], dtype=float)
+    conc = sum(np.sign(t[j] - t[i]) * np.sign(x[j] - x[i]) for i in range(12) for j in range(i + 1, 12))
+    n0 = 12 * 11 / 2
+    ties_t = sum(c * (c - 1) / 2 for c in np.unique(t, return_counts=True)[1])
+    ties_x = sum(c * (c - 1) / 2 for c in np.unique(x, return_counts=True)[1])
+    tau, _, _ = trend(t, x)
+    assert tau == pytest.approx(conc / math.sqrt((n0 - ties_t) * (n0 - ties_x)))
+
+
+def test_trend_tie_corrected_variance_equals_permutation_variance():
+    # With distinct times and ties in x, Var(S) under H0 is exactly the variance over all permutations of x.
+    x = np.array([1, 1, 2, 2, 2, 3, 4], dtype=float)
+    t = np.arange(7, dtype=np.int64)
+    iu, ju = np.triu_indices(7, k=1)
+    s_all = np.array([np.sum(np.sign(np.array(p)[ju] - np.array(p)[iu])) for p in itertools.permutations(x)])
+    var_exact = float(np.mean(s_all**2))
+    observed = np.array([1, 2, 1, 3, 2, 4, 2], dtype=float)
+    s_obs = float(np.sum(np.sign(observed[ju] - observed[iu])))
+    _, p, _ = trend(t, observed)
+    z = NormalDist().inv_cdf(1 - p / 2)
+    assert ((abs(s_obs) - 1) / z) ** 2 == pytest.approx(var_exact, rel=1e-9)
+
+
+def test_trend_ties_and_tiny_n():
+    t = np.arange(50, dtype=np.int64)
+    tau, p, rel = trend(t, np.full(50, 7.0))
+    assert p == 1.0 or math.isnan(p)
+    assert math.isnan(tau) and rel == 0.0
+    tau, p, rel = trend([1, 2, 3], [1.0, 2.0, 3.0])
+    assert math.isnan(tau) and p == 1.0 and math.isnan(rel)
+    tau, p, rel = trend(np.zeros(10, dtype=np.int64), np.arange(10.0))  # all at one instant: no time axis
+    assert p == 1.0 and math.isnan(rel)
+
+
+# --- split_modes --------------------------------------------------------------------------------------------------
+
+
+def test_split_modes_two_clusters_in_original_order():
+    rng = np.random.default_rng(11)
+    big = rng.random(400) < 0.3
+    x = np.where(big, 595_000.0, 14_000.0) * rng.normal(1.0, 0.02, 400)
+    labels = split_modes(x, 1.25)
+    np.testing.assert_array_equal(labels, big.astype(np.int64))
+
+
+def test_split_modes_one_cluster_stays_one():
+    rng = np.random.default_rng(12)
+    x = 80_000.0 * rng.normal(1.0, 0.03, 2000)
+    np.testing.assert_array_equal(split_modes(x, 1.25), np.zeros(2000, dtype=np.int64))
+
+
+def test_split_modes_three_modes_and_non_positive():
+    x = np.array([100.0, 10.0, 0.0, 1000.0, 11.0, -5.0, 105.0, float("nan"), 990.0])
+    labels = split_modes(x, 2.0)
+    np.testing.assert_array_equal(labels, [1, 0, -1, 2, 0, -1, 1, -1, 2])
+    np.testing.assert_array_equal(split_modes([0.0, -1.0], 2.0), [-1, -1])
+    with pytest.raises(ValueError):
+        split_modes(x, 1.0)

@@ -1,0 +1,59 @@
+"""Prepare a connection for the analysis views: compute the shared views once, then the baselines.
+
+The views of ``queries/`` up to ``instance_facts`` are plain SQL. Baselines and their intervals
+(``traceql.baselines``) are computed in Python from ``instance_facts``; the views above them
+(``kernel_signatures``, ``kernel_attribution``, ``device_summary``) read the result. ``prepare`` runs the
+whole chain; ``attribute``, ``report`` and ``traceql sql`` call it, and notebooks can too.
+"""
+
+from __future__ import annotations
+
+import re
+
+import duckdb
+
+from . import baselines
+from .queries_loader import materialize
+
+# computed once, upstream first: each is read by several views downstream
+UPSTREAM = ("_metric_samples", "_activities", "_activity_steps", "_instance_overlap", "_instance_metrics",
+            "_activity_dram", "_corunner_dram", "_activity_occurrence", "instance_facts")
+DOWNSTREAM = ("kernel_signatures", "kernel_attribution", "device_summary")
+# views that read the baselines: a query that names one of them needs prepare()
+NEEDS_PREPARE = ("_instance_baselines", "_signature_stats", *DOWNSTREAM)
+
+NVTX_GROUPS_SQL = """
+CREATE OR REPLACE VIEW _activity_groups AS
+WITH launches AS (
+    SELECT a.run_id, a.activity_id, r.global_tid, r.start_ns AS t
+    FROM _activities a JOIN runtime_api r
+      ON r.run_id = a.run_id AND r.global_pid = a.global_pid AND r.correlation_id = a.correlation_id
+), ranges AS (
+    SELECT n.run_id, n.global_tid, n.start_ns, n.end_ns, n.text
+    FROM nvtx n, _nvtx_glob g
+    WHERE n.event_type IN ('push_pop', 'start_end') AND n.text GLOB g.pattern
+)
+-- the innermost matching range of the launching thread: the latest-starting one around the launch
+-- (ties broken by text, so the answer does not depend on the join order)
+SELECT l.run_id, l.activity_id, arg_max(r.text, (r.start_ns, r.text)) AS nvtx
+FROM launches l JOIN ranges r
+  ON r.run_id = l.run_id AND r.global_tid = l.global_tid AND r.start_ns <= l.t AND l.t <= r.end_ns
+GROUP BY ALL
+"""
+
+
+def group_by_nvtx(con: duckdb.DuckDBPyConnection, pattern: str) -> None:
+    """Give each activity the innermost NVTX range matching ``pattern`` (a glob) of its launching thread."""
+    con.execute("CREATE OR REPLACE TEMP TABLE _nvtx_glob AS SELECT $1::VARCHAR AS pattern", [pattern])
+    con.execute(NVTX_GROUPS_SQL)
+
+
+def prepare(con: duckdb.DuckDBPyConnection, external: baselines.External | None = None) -> None:
+    """Compute instance facts, baselines and the views over them on ``con`` (after NVTX grouping, if any)."""
+    materialize(con, UPSTREAM)
+    baselines.register(con, external)
+    materialize(con, DOWNSTREAM)
+
+
+def needs_prepare(sql: str) -> bool:
+    return any(re.search(rf"\b{re.escape(v)}\b", sql) for v in NEEDS_PREPARE)

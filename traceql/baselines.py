@@ -1,0 +1,271 @@
+"""Like-for-like baselines and their uncertainty, per instance and per (sub-)signature.
+
+Reads ``instance_facts`` (one row per GPU activity) and writes two tables the SQL views read:
+
+* ``_instance_baselines``: per activity, the group it is compared within (signature, split by occurrence in its
+  step where the signature's isolated durations are a mixture), the baseline duration ``t0_ns`` it is compared
+  with and where that comes from;
+* ``_signature_stats``: per group, t0 and t1 (medians) with distribution-free intervals, the slowdown with a
+  bootstrap interval, significance, baseline drift over time, and whether the group is a mixture that could not
+  be split (excluded from aggregate slowdowns).
+
+The constants that decide a class are calibrated on measured traces; ``docs/attribution.md`` says on which.
+Everything is deterministic: groups are processed in sorted order and every random draw is seeded by its group.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+
+from . import stats
+
+# Two isolated durations of one signature more than this ratio apart (with no instance between them) are two
+# kinds of work: within one kind of work, consecutive sorted isolated durations of the bundled real traces are at
+# most MODE_GAP_RATIO_NOISE apart (docs/attribution.md, "Calibration").
+MODE_RATIO = 1.25
+# ... unless both sides are within this many ns of each other: short kernels jitter by whole microseconds.
+MODE_MIN_GAP_NS = 2_000
+# Interquartile range / median of isolated durations beyond which one signature is not one kind of work even
+# without a gap (a continuum of sizes).
+MAX_SPREAD = 0.25
+# Significance: the slowdown interval excludes 0 and the slowdown is at least this large (a practical floor).
+PRACTICAL_FLOOR = 0.01
+# Baseline drift: Mann-Kendall p-value below this and a change over the isolated instances' span of at least
+# PRACTICAL_FLOOR; then each overlapped instance is compared with its nearest isolated instances in time.
+DRIFT_P = 0.01
+NEAREST_K = 5
+LEVEL = 0.95
+N_BOOT = 1000
+MAX_N = 1000
+
+INSTANCE_SCHEMA = pa.schema([
+    ("run_id", pa.string()), ("activity_id", pa.int64()), ("group_id", pa.int64()), ("t0_ns", pa.float64()),
+    ("baseline", pa.string()),
+])
+STATS_SCHEMA = pa.schema([
+    ("group_id", pa.int64()), ("run_id", pa.string()), ("device_id", pa.int32()), ("nvtx", pa.string()),
+    ("sig", pa.uint64()), ("occurrence", pa.int64()), ("split", pa.string()), ("n", pa.int64()),
+    ("n_overlapped", pa.int64()), ("n_isolated", pa.int64()), ("t0_ns", pa.float64()), ("t0_lo_ns", pa.float64()),
+    ("t0_hi_ns", pa.float64()), ("t0_spread", pa.float64()), ("t1_ns", pa.float64()), ("t1_lo_ns", pa.float64()),
+    ("t1_hi_ns", pa.float64()), ("slowdown", pa.float64()), ("slowdown_lo", pa.float64()),
+    ("slowdown_hi", pa.float64()), ("significant", pa.bool_()), ("baseline", pa.string()),
+    ("drift_tau", pa.float64()), ("drift_p", pa.float64()), ("drift", pa.float64()), ("baseline_drift", pa.bool_()),
+    ("conflated", pa.bool_()), ("note", pa.string()),
+])
+
+FACT_COLUMNS = "run_id, device_id, nvtx, sig, occurrence, activity_id, start_ns, dur_ns, overlap_ns"
+
+
+@dataclass
+class External:
+    """Isolated durations from elsewhere, per (GPU name, signature): (source, durations). ``replace``: they are the
+    baseline of every signature they cover (a baseline run); otherwise only of signatures never isolated here."""
+
+    durations: dict[tuple[str, int], tuple[str, np.ndarray]]
+    replace: bool = False
+
+
+def is_mixture(iso: np.ndarray) -> bool:
+    """Isolated durations that are more than one kind of work: separated modes, or a spread far beyond noise."""
+    if len(iso) < 2:
+        return False
+    if _modes(iso).max() > 0:
+        return True
+    return len(iso) >= 4 and stats.relative_spread(iso) > MAX_SPREAD
+
+
+def _modes(x: np.ndarray) -> np.ndarray:
+    labels = stats.split_modes(x, MODE_RATIO)
+    if labels.max() <= 0:
+        return labels
+    # merge modes whose facing ends are closer than the timer's jitter
+    order = np.unique(labels[labels >= 0])
+    merged, current = {}, 0
+    for prev, nxt in zip(order[:-1], order[1:], strict=True):
+        merged.setdefault(prev, current)
+        if x[labels == nxt].min() - x[labels == prev].max() > MODE_MIN_GAP_NS:
+            current += 1
+        merged[nxt] = current
+    merged.setdefault(order[0], 0)
+    return np.array([merged.get(v, -1) for v in labels])
+
+
+def compute(con: duckdb.DuckDBPyConnection, external: External | None = None,
+            gpu_names: dict[tuple[str, int], str] | None = None) -> tuple[pa.Table, pa.Table]:
+    """Both tables for every activity of ``con``'s ``instance_facts``.
+
+    The baseline pool of an instance is its signature on its device (split by occurrence where that separates
+    a mixture); NVTX groups, when asked for, divide the overlapped instances of a pool into rows, never the pool.
+    """
+    facts = con.sql(f"SELECT {FACT_COLUMNS} FROM instance_facts "
+                    "ORDER BY run_id, device_id, sig, start_ns, activity_id").fetchnumpy()
+    n = len(facts["activity_id"])
+    inst = {"run_id": facts["run_id"], "activity_id": np.asarray(facts["activity_id"], dtype=np.int64),
+            "group_id": np.full(n, -1, dtype=np.int64), "t0_ns": np.full(n, np.nan), "baseline": np.full(n, None)}
+    rows: list[dict] = []
+    if n == 0:
+        return _instances_table(inst), pa.Table.from_pylist([], schema=STATS_SCHEMA)
+    f = {
+        "run": np.asarray(facts["run_id"], dtype=object), "dev": np.asarray(facts["device_id"], dtype=np.int64),
+        "nvtx": np.asarray(_filled(facts["nvtx"], None), dtype=object),
+        "sig": np.asarray(facts["sig"], dtype=np.uint64),
+        "occ": np.asarray(_filled(facts["occurrence"], -1), dtype=np.int64),
+        "start": np.asarray(facts["start_ns"], dtype=np.int64), "dur": np.asarray(facts["dur_ns"], dtype=np.float64),
+        "ovl": np.asarray(facts["overlap_ns"], dtype=np.int64),
+    }
+    run, dev, sig = f["run"], f["dev"], f["sig"]
+    # rows come sorted by pool: cut where (run, device, signature) changes
+    cut = np.ones(n, dtype=bool)
+    cut[1:] = (run[1:] != run[:-1]) | (dev[1:] != dev[:-1]) | (sig[1:] != sig[:-1])
+    bounds = np.append(np.flatnonzero(cut), n)
+    for a, b in zip(bounds[:-1], bounds[1:], strict=True):
+        ext = None
+        if external is not None and gpu_names is not None:
+            ext = external.durations.get((gpu_names.get((run[a], int(dev[a])), ""), int(sig[a])))
+        for sub, pool, split, conflated in _split(np.arange(a, b), f["dur"], f["ovl"], f["occ"]):
+            base = _baseline(pool, f, ext, bool(external and external.replace), conflated)
+            nv = f["nvtx"][pool]
+            for group in sorted(set(nv), key=lambda v: (v is not None, v or "")):
+                idx = pool[np.array([v == group for v in nv])]
+                key = (run[a], int(dev[a]), group, int(sig[a]), sub)
+                rows.append(_row(len(rows), key, split, conflated, idx, f, base, inst))
+    return _instances_table(inst), pa.Table.from_pylist(rows, schema=STATS_SCHEMA)
+
+
+def _filled(col, fill):
+    return np.ma.filled(col, fill) if np.ma.isMaskedArray(col) else col
+
+
+def _split(idx: np.ndarray, dur: np.ndarray, ovl: np.ndarray, occ: np.ndarray):
+    """(occurrence or None, indices, split, conflated) for each pool a signature becomes."""
+    iso = idx[(ovl[idx] == 0) & (dur[idx] > 0)]
+    if not is_mixture(dur[iso]):
+        yield None, idx, None, False
+        return
+    occs = occ[idx]
+    if (occs >= 0).all():
+        parts = [(int(o), idx[occs == o]) for o in np.unique(occs)]
+        if all(not is_mixture(dur[p[(ovl[p] == 0) & (dur[p] > 0)]]) for _, p in parts):
+            for o, p in parts:
+                yield o, p, "occurrence", False
+            return
+    yield None, idx, None, True
+
+
+@dataclass
+class _Base:
+    source: str | None = None
+    t0s: np.ndarray | None = None
+    n_isolated: int = 0
+    per_instance: dict | None = None  # instance index -> its own t0 (drifting baseline)
+    drift: tuple = (None, None, None)
+    note: str | None = None
+
+
+def _baseline(pool: np.ndarray, f: dict, ext, ext_replaces: bool, conflated: bool) -> _Base:
+    dur, ovl, start = f["dur"], f["ovl"], f["start"]
+    iso = pool[(ovl[pool] == 0) & (dur[pool] > 0)]
+    base = _Base(n_isolated=len(iso))
+    if conflated:
+        base.note = ("isolated durations are a mixture of different work that occurrence in the step does not "
+                     "separate: left out of aggregate slowdowns")
+        return base
+    if ext is not None and ext_replaces:
+        base.source, base.t0s = ext
+    elif len(iso):
+        base.source, base.t0s = "isolated", dur[iso]
+        tau, p, rel = stats.trend(start[iso], dur[iso]) if len(iso) >= 4 else (np.nan, 1.0, np.nan)
+        base.drift = (_f(tau), _f(p), _f(rel))
+        if p < DRIFT_P and abs(rel) >= PRACTICAL_FLOOR:
+            base.source = "isolated nearest in time"
+            base.per_instance = dict(zip(pool.tolist(), _nearest(start[pool], start[iso], dur[iso]), strict=True))
+    elif ext is not None:
+        base.source, base.t0s = ext
+    else:
+        base.note = "no isolated instance to compare with (give --baseline or --ncu)"
+    return base
+
+
+def _row(gid: int, key: tuple, split, conflated: bool, idx: np.ndarray, f: dict, base: _Base, inst: dict) -> dict:
+    run_id, device_id, nvtx, sig, sub = key
+    dur = f["dur"]
+    is_ovl = f["ovl"][idx] > 0
+    t1s = dur[idx[is_ovl]]
+    tau, p, rel = base.drift
+    row = dict(group_id=gid, run_id=run_id, device_id=device_id, nvtx=nvtx, sig=sig, occurrence=sub, split=split,
+               n=len(idx), n_overlapped=int(is_ovl.sum()), n_isolated=base.n_isolated, conflated=conflated,
+               t1_ns=None, t1_lo_ns=None, t1_hi_ns=None, t0_ns=None, t0_lo_ns=None, t0_hi_ns=None, t0_spread=None,
+               slowdown=None, slowdown_lo=None, slowdown_hi=None, significant=False, baseline=base.source,
+               drift_tau=tau, drift_p=p, drift=rel, baseline_drift=base.per_instance is not None, note=base.note)
+    inst["group_id"][idx] = gid
+    if len(t1s):
+        row["t1_ns"], row["t1_lo_ns"], row["t1_hi_ns"] = _nan_none(stats.median_ci(t1s, LEVEL))
+    if base.t0s is None:
+        return row
+    row["t0_ns"], row["t0_lo_ns"], row["t0_hi_ns"] = _nan_none(stats.median_ci(base.t0s, LEVEL))
+    row["t0_spread"] = _f(stats.relative_spread(base.t0s))
+    if base.per_instance is not None:
+        t0_each = np.array([base.per_instance[i] for i in idx.tolist()])
+    else:
+        t0_each = np.full(len(idx), float(np.median(base.t0s)))
+    inst["t0_ns"][idx] = t0_each
+    inst["baseline"][idx] = base.source
+    if len(t1s):
+        seed_key = (run_id, device_id, nvtx, sig, sub)
+        if base.per_instance is not None:
+            s, lo, hi = stats.ratio_ci(t1s / t0_each[is_ovl], key=seed_key, level=LEVEL)
+        else:
+            s, lo, hi = stats.slowdown_ci(base.t0s, t1s, key=seed_key, level=LEVEL, n_boot=N_BOOT, max_n=MAX_N)
+        row.update(slowdown=_f(s), slowdown_lo=_f(lo), slowdown_hi=_f(hi))
+        row["significant"] = bool(np.isfinite(lo) and np.isfinite(hi) and (lo > 0 or hi < 0)
+                                  and abs(s) >= PRACTICAL_FLOOR)
+    return row
+
+
+def _nearest(t: np.ndarray, t_iso: np.ndarray, d_iso: np.ndarray) -> np.ndarray:
+    """Median duration of the NEAREST_K isolated instances nearest in time to each of ``t``."""
+    order = np.argsort(t_iso, kind="stable")
+    t_iso, d_iso = t_iso[order], d_iso[order]
+    k = min(NEAREST_K, len(t_iso))
+    pos = np.searchsorted(t_iso, t)
+    out = np.empty(len(t))
+    for i, (ti, p) in enumerate(zip(t, pos, strict=True)):
+        lo, hi = max(0, p - k), min(len(t_iso), p + k)
+        window = np.arange(lo, hi)
+        near = window[np.argsort(np.abs(t_iso[window] - ti), kind="stable")[:k]]
+        out[i] = np.median(d_iso[near])
+    return out
+
+
+def _instances_table(inst: dict) -> pa.Table:
+    cols = {k: pa.array(list(v) if k == "baseline" else v, type=INSTANCE_SCHEMA.field(k).type)
+            for k, v in inst.items() if k != "t0_ns"}
+    cols["t0_ns"] = pa.array(inst["t0_ns"], mask=np.isnan(inst["t0_ns"]), type=pa.float64())
+    return pa.table(cols).select(INSTANCE_SCHEMA.names).cast(INSTANCE_SCHEMA)
+
+
+def _f(v) -> float | None:
+    v = float(v)
+    return None if np.isnan(v) else v
+
+
+def _nan_none(t):
+    return tuple(_f(v) for v in t)
+
+
+def register(con: duckdb.DuckDBPyConnection, external: External | None = None) -> None:
+    """Compute both tables and put them where the views ``_instance_baselines``/``_signature_stats`` read."""
+    gpu_names = {(r[0], int(r[1])): r[2] for r in con.sql("SELECT run_id, device_id, name FROM devices").fetchall()}
+    inst, sig_stats = compute(con, external, gpu_names)
+    con.register("_instance_baselines_arrow", inst)
+    con.register("_signature_stats_arrow", sig_stats)
+    con.execute("CREATE OR REPLACE TEMP TABLE _instance_baselines_data AS SELECT * FROM _instance_baselines_arrow")
+    con.execute("CREATE OR REPLACE TEMP TABLE _signature_stats_data AS SELECT * FROM _signature_stats_arrow")
+    con.unregister("_instance_baselines_arrow")
+    con.unregister("_signature_stats_arrow")
+    con.execute("CREATE OR REPLACE VIEW _instance_baselines AS SELECT * FROM temp._instance_baselines_data")
+    con.execute("CREATE OR REPLACE VIEW _signature_stats AS SELECT * FROM temp._signature_stats_data")

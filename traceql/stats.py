@@ -1,0 +1,248 @@
+"""Small, deterministic statistics for comparing kernel durations.
+
+Durations of one kernel signature are compared: isolated instances (``t0``, the baseline) against
+overlapped ones (``t1``). Every number a user may act on comes with a 95% interval, and every result is
+byte-identical across runs: randomness only ever comes from a :class:`numpy.random.Generator` seeded by
+:func:`seed_for` on a caller-supplied key (never the global RNG, never Python's salted ``hash()``).
+
+numpy only: the normal distribution comes from :func:`math.erfc` and :class:`statistics.NormalDist`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from functools import lru_cache
+from statistics import NormalDist
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+NAN = float("nan")
+
+# Above this n the exact binomial sums get slow and the normal approximation is already within one rank.
+_EXACT_MAX_N = 1000
+# Mann-Kendall and Theil-Sen are O(n^2) in memory; 2000 points is ~2M pairs.
+_TREND_MAX_N = 2000
+
+
+def seed_for(*key: object) -> int:
+    """A stable 64-bit seed from the ``repr`` of the key parts (blake2b, so it survives interpreter restarts)."""
+    digest = hashlib.blake2b(repr(key).encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "little")
+
+
+def _as_1d(x: ArrayLike) -> np.ndarray:
+    return np.asarray(x, dtype=np.float64).ravel()
+
+
+def _check_level(level: float) -> None:
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level must be in (0, 1), got {level!r}")
+
+
+def _norm_sf(z: float) -> float:
+    # erfc rather than 1 - erf keeps tiny p-values from rounding to 0.
+    return 0.5 * math.erfc(z / math.sqrt(2.0))
+
+
+@lru_cache(maxsize=256)
+def _median_ranks(n: int, level: float) -> tuple[int, int] | None:
+    """1-based ranks (lo, n + 1 - lo) with P(lo <= K < n + 1 - lo) >= level for K ~ Binomial(n, 1/2); None if none."""
+    alpha_half = (1.0 - level) / 2.0
+    if n <= _EXACT_MAX_N:
+        # Exact integer arithmetic: largest rank lo with P(K <= lo - 1) <= alpha/2.
+        total = 2**n
+        term, cum, lo = 1, 0, 0
+        for k in range(n // 2 + 1):
+            cum += term
+            if cum / total > alpha_half:
+                break
+            lo = k + 1
+            term = term * (n - k) // (k + 1)
+    else:
+        # Normal approximation with continuity correction to the same condition.
+        z = NormalDist().inv_cdf(1.0 - alpha_half)
+        lo = math.floor(n / 2.0 + 0.5 - z * math.sqrt(n) / 2.0)
+    if lo < 1:
+        return None
+    return lo, n + 1 - lo
+
+
+def median_ci(x: ArrayLike, level: float = 0.95) -> tuple[float, float, float]:
+    """(median, lo, hi): distribution-free CI of the median from order statistics.
+
+    The ranks come from Binomial(n, 1/2) (exact for n <= 1000, normal approximation above), so the
+    coverage is at least ``level`` for any continuous distribution. Bounds are NaN when n is too small
+    for the level (n < 6 at 95%); all three are NaN for empty input.
+    """
+    _check_level(level)
+    a = np.sort(_as_1d(x))
+    n = a.size
+    if n == 0:
+        return NAN, NAN, NAN
+    med = float(np.median(a))
+    ranks = _median_ranks(n, float(level))
+    if ranks is None:
+        return med, NAN, NAN
+    lo, hi = ranks
+    return med, float(a[lo - 1]), float(a[hi - 1])
+
+
+def _boot_medians(a: np.ndarray, rng: np.random.Generator, n_boot: int) -> np.ndarray:
+    idx = rng.integers(0, a.size, size=(n_boot, a.size))
+    return np.median(a[idx], axis=1)
+
+
+def slowdown_ci(t0: ArrayLike, t1: ArrayLike, *, key: tuple, level: float = 0.95, n_boot: int = 2000,
+                max_n: int = 4000) -> tuple[float, float, float]:
+    """(s, lo, hi) with s = median(t1) / median(t0) - 1 and its percentile-bootstrap CI.
+
+    t0 and t1 are resampled independently (they are different kernel instances, not pairs). Sides longer
+    than ``max_n`` are first subsampled without replacement, which bounds memory at n_boot * max_n per side;
+    the point estimate always uses all values. Bounds are NaN if either side has fewer than 2 values; all
+    three are NaN if either side is empty or median(t0) <= 0.
+    """
+    _check_level(level)
+    if n_boot < 1 or max_n < 2:
+        raise ValueError("n_boot must be >= 1 and max_n >= 2")
+    # Sorted, so the result depends only on the multiset of durations, not on the order they were read in.
+    a0, a1 = np.sort(_as_1d(t0)), np.sort(_as_1d(t1))
+    if a0.size == 0 or a1.size == 0:
+        return NAN, NAN, NAN
+    m0 = float(np.median(a0))
+    if not m0 > 0:
+        return NAN, NAN, NAN
+    s = float(np.median(a1)) / m0 - 1.0
+    if a0.size < 2 or a1.size < 2:
+        return s, NAN, NAN
+
+    sides = []
+    for name, a in (("t0", a0), ("t1", a1)):
+        if a.size > max_n:
+            sub_rng = np.random.default_rng(seed_for(*key, "subsample", name))
+            a = np.sort(sub_rng.choice(a, size=max_n, replace=False))
+        sides.append(a)
+    rng = np.random.default_rng(seed_for(*key, "bootstrap"))
+    b0 = _boot_medians(sides[0], rng, n_boot)
+    b1 = _boot_medians(sides[1], rng, n_boot)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        # A resample whose baseline median is not positive has an unbounded slowdown.
+        ratios = np.where(b0 > 0, b1 / b0 - 1.0, np.inf)
+    # inverted_cdf picks actual bootstrap values (order statistics), so an infinite tail stays inf, not NaN.
+    lo, hi = np.quantile(ratios, [(1.0 - level) / 2.0, (1.0 + level) / 2.0], method="inverted_cdf")
+    return s, float(lo), float(hi)
+
+
+def ratio_ci(r: ArrayLike, *, key: tuple, level: float = 0.95, n_boot: int = 2000,
+             max_n: int = 4000) -> tuple[float, float, float]:
+    """(median(r) - 1, lo - 1, hi - 1) for per-instance ratios r_i = d_i / t0_i, via :func:`median_ci`.
+
+    ``key``, ``n_boot`` and ``max_n`` are unused: they keep the signature interchangeable with
+    :func:`slowdown_ci`, and order statistics need no resampling.
+    """
+    del key, n_boot, max_n
+    med, lo, hi = median_ci(r, level)
+    return med - 1.0, lo - 1.0, hi - 1.0
+
+
+def scale_interval(part: float, s: float, lo: float, hi: float) -> tuple[float, float]:
+    """Interval of an explained part p of slowdown s: p is a fixed share of s, so it scales with s's bounds.
+
+    Returns (p * lo / s, p * hi / s) in increasing order; NaN when s is NaN or ~0 (the share is undefined).
+    """
+    if math.isnan(s) or abs(s) < 1e-12:
+        return NAN, NAN
+    a, b = part * lo / s, part * hi / s
+    if math.isnan(a) or math.isnan(b):
+        return NAN, NAN
+    return (a, b) if a <= b else (b, a)
+
+
+def _tie_sums(v: np.ndarray) -> tuple[float, float, float, float]:
+    """Sums over tie groups of size c: c(c-1)/2, c(c-1)(2c+5), c(c-1), c(c-1)(c-2)."""
+    c = np.unique(v, return_counts=True)[1].astype(np.float64)
+    c = c[c > 1]
+    return (float(np.sum(c * (c - 1) / 2)), float(np.sum(c * (c - 1) * (2 * c + 5))),
+            float(np.sum(c * (c - 1))), float(np.sum(c * (c - 1) * (c - 2))))
+
+
+def trend(t_ns: ArrayLike, x: ArrayLike) -> tuple[float, float, float]:
+    """(tau, p_value, rel_change): does x drift over time?
+
+    Mann-Kendall test (Kendall tau-b of x against t, tie-corrected variance, normal approximation with
+    continuity correction, two-sided p). rel_change is the Theil-Sen slope times the time span, relative to
+    median(x): the fitted change over the whole window. Above 2000 points an evenly spaced (in time order)
+    subsample of 2000 is used. n < 4 gives (nan, 1.0, nan); constant x gives tau NaN and p 1.0.
+    """
+    t_all = np.asarray(t_ns).ravel()
+    x_all = _as_1d(x)
+    if t_all.size != x_all.size:
+        raise ValueError(f"t_ns and x differ in length: {t_all.size} != {x_all.size}")
+    n = x_all.size
+    if n < 4:
+        return NAN, 1.0, NAN
+    order = np.argsort(t_all, kind="stable")
+    if n > _TREND_MAX_N:
+        order = order[np.linspace(0, n - 1, _TREND_MAX_N).round().astype(np.int64)]
+    t, xs = t_all[order], x_all[order]
+    m = xs.size
+
+    i, j = np.triu_indices(m, k=1)
+    # Subtract before converting: int64 ns timestamps lose precision as float64, their differences do not.
+    dt = (t[j] - t[i]).astype(np.float64)
+    dx = xs[j] - xs[i]
+    s_stat = float(np.sum(np.sign(dt) * np.sign(dx)))
+
+    n0 = m * (m - 1) / 2.0
+    n1, vt, t1, t2 = _tie_sums(t)
+    n2, vu, u1, u2 = _tie_sums(xs)
+    denom = math.sqrt((n0 - n1) * (n0 - n2))
+    tau = s_stat / denom if denom > 0 else NAN
+    var = ((m * (m - 1) * (2 * m + 5) - vt - vu) / 18.0 + t1 * u1 / (2.0 * m * (m - 1))
+           + t2 * u2 / (9.0 * m * (m - 1) * (m - 2)))
+    if var > 0 and s_stat != 0:
+        z = (abs(s_stat) - 1.0) / math.sqrt(var)
+        p = min(1.0, 2.0 * _norm_sf(z))
+    else:
+        p = 1.0
+
+    moving = dt != 0
+    med_x = float(np.median(x_all))
+    if not moving.any() or med_x == 0:
+        return tau, p, NAN
+    slope = float(np.median(dx[moving] / dt[moving]))
+    span = float(t_all.max() - t_all.min())
+    return tau, p, slope * span / med_x
+
+
+def split_modes(x: ArrayLike, min_ratio: float) -> np.ndarray:
+    """Integer mode labels 0..k-1 (by increasing value), in x's original order.
+
+    Modes are separated wherever two consecutive sorted values differ by more than a factor ``min_ratio``
+    (single-linkage on log(x)), so clusters of any count and width are found without choosing k.
+    Non-positive (and NaN) values have no log and get -1.
+    """
+    if not min_ratio > 1.0:
+        raise ValueError(f"min_ratio must be > 1, got {min_ratio!r}")
+    a = _as_1d(x)
+    labels = np.full(a.size, -1, dtype=np.int64)
+    pos = np.flatnonzero(a > 0)
+    if pos.size == 0:
+        return labels
+    lx = np.log(a[pos])
+    order = np.argsort(lx, kind="stable")
+    cuts = np.diff(lx[order]) > math.log(min_ratio)
+    labels[pos[order]] = np.concatenate(([0], np.cumsum(cuts)))
+    return labels
+
+
+def relative_spread(x: ArrayLike) -> float:
+    """(q75 - q25) / median: a spread robust to the outliers kernel timings always have. NaN for n < 2."""
+    a = _as_1d(x)
+    if a.size < 2:
+        return NAN
+    q25, med, q75 = np.quantile(a, [0.25, 0.5, 0.75])
+    if med == 0:
+        return NAN
+    return float((q75 - q25) / med)
