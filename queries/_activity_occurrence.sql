@@ -8,20 +8,22 @@
 --   activity_id     BIGINT   activity (_activities)
 --   global_tid      BIGINT   launching thread
 --   step_start_ns   BIGINT   start of the innermost enclosing NVTX range (ns): the range instance
+--   step_text       VARCHAR  that range's text
 --   occurrence      BIGINT   launches of the same signature before it inside that range instance
 WITH launches AS (
     SELECT a.run_id, a.activity_id, a.sig, r.global_tid, r.start_ns AS t
     FROM _activities a JOIN runtime_api r
       ON r.run_id = a.run_id AND r.global_pid = a.global_pid AND r.correlation_id = a.correlation_id
 ), ranges AS (
-    SELECT run_id, global_tid, start_ns, end_ns FROM nvtx WHERE event_type IN ('push_pop', 'start_end')
+    SELECT run_id, global_tid, start_ns, end_ns, text FROM nvtx WHERE event_type IN ('push_pop', 'start_end')
 ), enclosing AS (
-    SELECT l.run_id, l.activity_id, l.sig, l.global_tid, l.t, max(r.start_ns) AS step_start_ns
+    SELECT l.run_id, l.activity_id, l.sig, l.global_tid, l.t, max(r.start_ns) AS step_start_ns,
+           arg_max(r.text, (r.start_ns, r.text)) AS step_text
     FROM launches l JOIN ranges r
       ON r.run_id = l.run_id AND r.global_tid = l.global_tid AND r.start_ns <= l.t AND l.t <= r.end_ns
     GROUP BY ALL
 )
-SELECT run_id, activity_id, global_tid, step_start_ns,
+SELECT run_id, activity_id, global_tid, step_start_ns, step_text,
        row_number() OVER (PARTITION BY run_id, global_tid, step_start_ns, sig ORDER BY t, activity_id) - 1
            AS occurrence
 FROM enclosing

@@ -5,8 +5,10 @@
 --   run_id       VARCHAR  run
 --   activity_id  BIGINT   activity (_activities)
 --   group_id     BIGINT   its (sub-)signature group (_signature_stats)
+--   pool_id      BIGINT   its baseline pool: the signature on its device, or one duration mode of it
 --   t0_ns        DOUBLE   the baseline duration it is compared with (ns; NULL without a baseline or when conflated)
 --   baseline     VARCHAR  where t0 comes from: isolated, isolated nearest in time, baseline run, ncu
-SELECT NULL::VARCHAR AS run_id, NULL::BIGINT AS activity_id, NULL::BIGINT AS group_id, NULL::DOUBLE AS t0_ns,
+SELECT NULL::VARCHAR AS run_id, NULL::BIGINT AS activity_id, NULL::BIGINT AS group_id, NULL::BIGINT AS pool_id,
+       NULL::DOUBLE AS t0_ns,
        NULL::VARCHAR AS baseline
 WHERE false

@@ -6,8 +6,8 @@
 --   device_id      INTEGER  physical GPU
 --   nvtx           VARCHAR  NVTX group (NULL unless grouping by NVTX)
 --   sig            UBIGINT  signature hash (_activities)
---   occurrence     BIGINT   occurrence in the step when the signature was split by occurrence, else NULL
---   split          VARCHAR  occurrence when the signature was split, else NULL
+--   mode           BIGINT   duration mode (0 = shortest) when the signature was split, else NULL
+--   split          VARCHAR  duration mode when the signature's isolated durations were a mixture, else NULL
 --   n              BIGINT   instances
 --   n_overlapped   BIGINT   instances overlapped by another activity
 --   n_isolated     BIGINT   isolated instances in the trace
@@ -30,7 +30,7 @@
 --   conflated      BOOLEAN  isolated durations are a mixture that could not be split: left out of aggregates
 --   note           VARCHAR  why a number is missing or left out
 SELECT NULL::BIGINT AS group_id, NULL::VARCHAR AS run_id, NULL::INTEGER AS device_id, NULL::VARCHAR AS nvtx,
-       NULL::UBIGINT AS sig, NULL::BIGINT AS occurrence, NULL::VARCHAR AS split, NULL::BIGINT AS n,
+       NULL::UBIGINT AS sig, NULL::BIGINT AS mode, NULL::VARCHAR AS split, NULL::BIGINT AS n,
        NULL::BIGINT AS n_overlapped, NULL::BIGINT AS n_isolated, NULL::DOUBLE AS t0_ns, NULL::DOUBLE AS t0_lo_ns,
        NULL::DOUBLE AS t0_hi_ns, NULL::DOUBLE AS t0_spread, NULL::DOUBLE AS t1_ns, NULL::DOUBLE AS t1_lo_ns,
        NULL::DOUBLE AS t1_hi_ns, NULL::DOUBLE AS slowdown, NULL::DOUBLE AS slowdown_lo, NULL::DOUBLE AS slowdown_hi,

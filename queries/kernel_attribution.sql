@@ -23,8 +23,8 @@
 --   block                VARCHAR  block as XxYxZ
 --   dynamic_smem_bytes   BIGINT   dynamic shared memory (bytes)
 --   bytes                BIGINT   bytes moved or set (copies and sets)
---   occurrence           BIGINT   occurrence in the step when the signature was split by it
---   split                VARCHAR  occurrence when the signature was split, else NULL
+--   mode                 BIGINT   duration mode (0 = shortest) when the signature was split, else NULL
+--   split                VARCHAR  duration mode when the signature was split, else NULL
 --   n                    BIGINT   instances
 --   n_overlapped         BIGINT   instances overlapped by another activity
 --   n_isolated           BIGINT   baseline instances
@@ -184,7 +184,7 @@ WITH demand AS (
     FROM final
 )
 SELECT run_id, device_id, nvtx, group_id, activity, kind, name, short_name, grid, block, dynamic_smem_bytes, bytes,
-       occurrence, split, n, n_overlapped, n_isolated, t0_ns, t0_lo_ns, t0_hi_ns, t0_spread, t1_ns, t1_lo_ns, t1_hi_ns,
+       mode, split, n, n_overlapped, n_isolated, t0_ns, t0_lo_ns, t0_hi_ns, t0_spread, t1_ns, t1_lo_ns, t1_hi_ns,
        sum_t1_ns, sum_t0_ns, s AS slowdown, slowdown_lo, slowdown_hi, baseline, baseline_drift, conflated,
        CASE WHEN f >= 0.2 AND s IS NOT NULL THEN 1 / ((1 / (1 + s) - (1 - f)) / f) - 1 END AS in_overlap_slowdown,
        overlap_fraction, comm_fraction, sm_share, comm_sm_share, corunner_kind, corunner_sms, occ AS occupancy,

@@ -1,5 +1,5 @@
 -- kernel_signatures: per (sub-)signature group of GPU activity — kernels of every kind, copies and sets; a
--- signature whose isolated durations mix different work is split by occurrence in its step — the baseline t0,
+-- signature whose isolated durations mix different work is split into duration modes by launch context — t0,
 -- the overlapped duration t1, each with an interval, and the evidence attribution weighs. Every per-instance
 -- rate (DRAM, clock, SMs Active) is a median over instances; overlap and SM shares are time integrals.
 -- columns:
@@ -15,8 +15,8 @@
 --   block               VARCHAR  block as XxYxZ
 --   dynamic_smem_bytes  BIGINT   dynamic shared memory (bytes)
 --   bytes               BIGINT   bytes moved or set (copies and sets)
---   occurrence          BIGINT   occurrence in the step, when the signature was split by it
---   split               VARCHAR  occurrence when the signature was split, else NULL
+--   mode                BIGINT   duration mode (0 = shortest) when the signature was split, else NULL
+--   split               VARCHAR  duration mode when the signature was split, else NULL
 --   ctas                BIGINT   CTAs in the grid
 --   occupancy           BIGINT   CTAs per SM the launch configuration allows
 --   sm_count            INTEGER  SMs on the device
@@ -62,10 +62,15 @@
 --   co_dram_pct         DOUBLE   co-runners' isolated DRAM rate while overlapping (% of peak), time average
 --   co_working_set_bytes DOUBLE  profiled co-runners' working sets while overlapping (bytes), time average
 WITH inst AS (
-    SELECT i.*, b.group_id, b.t0_ns AS t0_inst, i.overlap_ns > 0 AS ovl
+    SELECT i.*, b.group_id, b.pool_id, b.t0_ns AS t0_inst, i.overlap_ns > 0 AS ovl
     FROM instance_facts i JOIN _instance_baselines b USING (run_id, activity_id)
+), isolated AS (
+    -- witnesses of the baseline: the isolated instances of the whole pool, whatever their NVTX group
+    SELECT pool_id, median(dram_pct) AS dram_pct_iso, median(gpc_clock_mhz) AS gpc_clock_mhz_iso,
+           median(cycles) AS cycles_iso, median(sm_active_pct) AS sm_active_pct_iso, median(power_w) AS power_w_iso
+    FROM inst WHERE NOT ovl AND dur_ns > 0 GROUP BY pool_id
 ), agg AS (
-    SELECT group_id, any_value(activity) AS activity, any_value(kind) AS kind, any_value(name) AS name,
+    SELECT group_id, any_value(pool_id) AS pool_id, any_value(activity) AS activity, any_value(kind) AS kind, any_value(name) AS name,
            any_value(short_name) AS short_name, any_value(grid) AS grid, any_value(block) AS block,
            any_value(dynamic_smem_bytes) AS dynamic_smem_bytes, any_value(bytes) AS bytes, any_value(ctas) AS ctas,
            any_value(sm_count) AS sm_count, any_value(threads_per_block) AS threads_per_block,
@@ -79,14 +84,12 @@ WITH inst AS (
            sum(corunner_sms * overlap_ns) FILTER (ovl) / sum(overlap_ns) FILTER (ovl) AS corunner_sms,
            sum(sm_share * dur_ns) FILTER (ovl) / sum(dur_ns) FILTER (ovl) AS sm_share,
            sum(comm_sm_share * dur_ns) FILTER (ovl) / sum(dur_ns) FILTER (ovl) AS comm_sm_share,
-           median(dram_pct) FILTER (NOT ovl) AS dram_pct_iso, median(dram_pct) FILTER (ovl) AS dram_pct_ovl,
-           median(gpc_clock_mhz) FILTER (NOT ovl) AS gpc_clock_mhz_iso,
+           median(dram_pct) FILTER (ovl) AS dram_pct_ovl,
            median(gpc_clock_mhz) FILTER (ovl) AS gpc_clock_mhz_ovl,
-           median(cycles) FILTER (NOT ovl) AS cycles_iso, median(cycles) FILTER (ovl) AS cycles_ovl,
-           median(sm_active_pct) FILTER (NOT ovl) AS sm_active_pct_iso,
+           median(cycles) FILTER (ovl) AS cycles_ovl,
            median(sm_active_pct) FILTER (ovl) AS sm_active_pct_ovl,
            median(nvlink_pct) FILTER (ovl) AS nvlink_pct_ovl, median(pcie_pct) FILTER (ovl) AS pcie_pct_ovl,
-           median(power_w) FILTER (NOT ovl) AS power_w_iso, median(power_w) FILTER (ovl) AS power_w_ovl,
+           median(power_w) FILTER (ovl) AS power_w_ovl,
            sum(co_dram_pct * overlap_ns) FILTER (ovl) / sum(overlap_ns) FILTER (ovl AND co_dram_pct IS NOT NULL)
                AS co_dram_pct,
            sum(co_working_set_bytes * overlap_ns) FILTER (ovl)
@@ -94,7 +97,7 @@ WITH inst AS (
     FROM inst GROUP BY group_id
 )
 SELECT s.run_id, s.device_id, s.group_id, s.nvtx, a.activity, a.kind, a.name, a.short_name, a.grid, a.block,
-       a.dynamic_smem_bytes, a.bytes, s.occurrence, s.split, a.ctas,
+       a.dynamic_smem_bytes, a.bytes, s.mode, s.split, a.ctas,
        -- CTAs per SM: the tightest of the block, warp, register and shared-memory limits
        CASE WHEN a.activity = 'kernel' THEN greatest(1, least(
            coalesce(d.max_blocks_per_sm, 32),
@@ -110,8 +113,9 @@ SELECT s.run_id, s.device_id, s.group_id, s.nvtx, a.activity, a.kind, a.name, a.
        CASE WHEN coalesce(a.comm_ov, 0) + coalesce(a.compute_ov, 0) + coalesce(a.copy_ov, 0) = 0 THEN NULL
             WHEN a.comm_ov >= greatest(a.compute_ov, a.copy_ov) THEN 'comm'
             WHEN a.compute_ov >= a.copy_ov THEN 'compute' ELSE 'copy' END AS corunner_kind,
-       a.corunner_sms, a.sm_share, a.comm_sm_share, a.dram_pct_iso, a.dram_pct_ovl, a.gpc_clock_mhz_iso,
-       a.gpc_clock_mhz_ovl, a.cycles_iso, a.cycles_ovl, a.sm_active_pct_iso, a.sm_active_pct_ovl, a.nvlink_pct_ovl,
-       a.pcie_pct_ovl, a.power_w_iso, a.power_w_ovl, a.co_dram_pct, a.co_working_set_bytes
+       a.corunner_sms, a.sm_share, a.comm_sm_share, i.dram_pct_iso, a.dram_pct_ovl, i.gpc_clock_mhz_iso,
+       a.gpc_clock_mhz_ovl, i.cycles_iso, a.cycles_ovl, i.sm_active_pct_iso, a.sm_active_pct_ovl, a.nvlink_pct_ovl,
+       a.pcie_pct_ovl, i.power_w_iso, a.power_w_ovl, a.co_dram_pct, a.co_working_set_bytes
 FROM _signature_stats s JOIN agg a USING (group_id)
+LEFT JOIN isolated i USING (pool_id)
 LEFT JOIN devices d ON d.run_id = s.run_id AND d.device_id = s.device_id

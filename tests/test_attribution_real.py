@@ -91,7 +91,7 @@ def test_half_streams_over_l2_working_sets_are_cache(contention):
 
 def test_spin_kernel_has_no_baseline(contention):
     spins = [r for r in contention if r["short_name"] == "spin_hold_sms"]
-    assert spins and all(r["t0_ns"] is None and r["class"] == "unexplained" for r in spins)
+    assert spins and all(r["t0_ns"] is None and r["class"] == "none" for r in spins)
     assert all("baseline" in r["reason"] for r in spins)
 
 

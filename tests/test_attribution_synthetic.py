@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from conftest import run_cli
-from synthetic import launches, make_store, samples
+from synthetic import NCCL_NAME, launches, make_store, samples
 
 from traceql.attribute import FACTORS, KERNEL_COLUMNS, attribute
 from traceql.errors import BadInputError, UsageError
@@ -190,7 +190,7 @@ def test_non_communication_kernels_count_as_compute_time(tmp_path):
                dict(kind="comm", ctas=8, start_ns=150, end_ns=300)]
     d = _device(_attr(tmp_path, kernels=kernels))
     assert (d["compute_ns"], d["comm_ns"], d["overlap_ns"], d["exposed_comm_ns"]) == (200, 150, 50, 100)
-    assert d["compute_kernels"] == 0  # only kind compute is attributed
+    assert d["compute_kernels"] == 2  # kind is a label: every kernel that is not communication counts
 
 
 def test_compute_slowdown_is_ratio_of_sums(tmp_path):
@@ -287,20 +287,31 @@ def test_no_isolated_instance(tmp_path):
     k, c = _beside_comm("orphan", 10_000, 1500)
     o = _by_name(_attr(tmp_path, kernels=k + c))["orphan"]
     assert o["t0_ns"] is None and o["slowdown"] is None and o["n_isolated"] == 0
-    assert o["class"] == "unexplained" and o["significant"] is False
+    assert o["class"] == "none" and o["significant"] is False
     assert "baseline" in o["reason"]
 
 
-def test_within_twice_the_spread_is_not_significant(tmp_path):
+def test_inside_the_baseline_spread_is_not_significant(tmp_path):
+    kernels = [dict(name="noisy", start_ns=s, end_ns=s + d) for s, d in
+               zip((0, 2000, 4000, 6000, 8000), (800, 900, 1000, 1100, 1200), strict=True)]
+    k, c = _beside_comm("noisy", 20_000, 1150)
+    n = _by_name(_attr(tmp_path, kernels=kernels + k + c))["noisy"]
+    assert n["t0_ns"] == 1000 and n["t0_spread"] == approx((1100 - 900) / 1000)
+    assert n["slowdown"] == approx(0.15)
+    # one overlapped instance against the isolated ones' spread: [1150/1200 - 1, 1150/800 - 1]
+    assert n["slowdown_lo"] == approx(1150 / 1200 - 1) and n["slowdown_hi"] == approx(1150 / 800 - 1)
+    assert n["significant"] is False and n["class"] == "none"
+    assert n["reason"] == "the slowdown interval includes 0 or stays under 1%"
+    assert all(v == 0 for v in n["explained"].values())
+
+
+def test_beyond_every_isolated_instance_is_significant(tmp_path):
     kernels = [dict(name="noisy", start_ns=s, end_ns=s + d) for s, d in
                zip((0, 2000, 4000, 6000, 8000), (800, 900, 1000, 1100, 1200), strict=True)]
     k, c = _beside_comm("noisy", 20_000, 1300)
     n = _by_name(_attr(tmp_path, kernels=kernels + k + c))["noisy"]
-    assert n["t0_ns"] == 1000 and n["t0_spread"] == approx((1100 - 900) / 1000)
-    assert n["slowdown"] == approx(0.3)  # inside 2 x 0.2
-    assert n["significant"] is False and n["class"] == "none"
-    assert n["reason"] == "within 2x the baseline spread"
-    assert all(v == 0 for v in n["explained"].values())
+    assert n["slowdown"] == approx(0.3) and n["slowdown_lo"] == approx(1300 / 1200 - 1)
+    assert n["significant"] is True
 
 
 def test_never_overlapped_is_none(tmp_path):
@@ -316,7 +327,8 @@ def test_external_baseline(tmp_path):
     base = make_store(tmp_path / "base", kernels=_isolated("orphan", (0, 2000, 4000), 1000),
                       devices=DEV, run_id="ba5e000000000001")
     o = _by_name(attribute(run, baseline=base))["orphan"]
-    assert o["t0_ns"] == 1000 and o["n_isolated"] == 3 and o["slowdown"] == approx(0.2)
+    assert o["t0_ns"] == 1000 and o["baseline"] == "baseline run" and o["slowdown"] == approx(0.2)
+    assert o["n_isolated"] == 0  # in the trace itself
     other_gpu = make_store(tmp_path / "a100", kernels=_isolated("orphan", (0,), 1000), devices=DEV,
                            gpu_name="NVIDIA A100-SXM4-80GB", run_id="a100000000000001")
     with pytest.raises(BadInputError, match="same GPU model"):
@@ -422,7 +434,10 @@ def test_link_factor(tmp_path):
 SUMMARY_KEYS = {"run_id", "device_id", "nvtx", "compute_ns", "comm_ns", "overlap_ns", "exposed_comm_ns",
                 "hidden_comm_fraction", "overlap_fraction", "compute_slowdown", "compute_kernels",
                 "overlapped_kernels"}
-KERNEL_KEYS = {"run_id", "device_id", "nvtx", "name", "short_name", "grid", "block", "dynamic_smem_bytes", "n",
+KERNEL_KEYS = {"run_id", "device_id", "nvtx", "group_id", "activity", "kind", "bytes", "mode", "split", "baseline",
+               "t0_lo_ns", "t0_hi_ns", "t1_lo_ns", "t1_hi_ns", "slowdown_lo", "slowdown_hi", "baseline_drift",
+               "conflated", "explained_interval",
+               "name", "short_name", "grid", "block", "dynamic_smem_bytes", "n",
                "n_overlapped", "n_isolated", "t0_ns", "t0_spread", "t1_ns", "slowdown", "in_overlap_slowdown",
                "overlap_fraction", "comm_fraction", "sm_share", "comm_sm_share", "corunner_kind", "corunner_sms",
                "occupancy", "sm_predicted", "explained", "residual", "class", "significant", "reason",
@@ -437,16 +452,18 @@ def test_json_contract(result_a):
     doc = result_a.to_json()
     json.dumps(doc)  # plain JSON types only
     assert set(doc) == {"schema_version", "runs", "summary", "kernels", "notes"}
-    assert doc["schema_version"] == 1
+    assert doc["schema_version"] == 2
     assert set(doc["runs"][0]) == {"run_id", "source_path", "format", "tool_version", "gpu_names"}
     assert all(set(r) == SUMMARY_KEYS for r in doc["summary"])
     assert all(set(r) == KERNEL_KEYS for r in doc["kernels"])
     assert set(doc["kernels"][0]["explained"]) == {"sm", "dram_bw", "cache", "clock", "link"}
+    assert set(doc["kernels"][0]["explained_interval"]) == set(doc["kernels"][0]["explained"])
     # the documented column list and the contract agree
     columns = {c.strip() for c in KERNEL_COLUMNS.split(",")}
-    assert columns - set(FACTORS) | {"explained"} == KERNEL_KEYS
+    intervals = {f"{f}_{end}" for f in FACTORS for end in ("lo", "hi")}
+    assert columns - set(FACTORS) - intervals | {"explained", "explained_interval"} == KERNEL_KEYS
     for r in doc["kernels"]:
-        assert r["class"] in {"sm", "dram_bw", "cache", "clock", "link", "mixed", "unexplained", "none"}
+        assert r["class"] in {"sm", "dram_bw", "cache", "clock", "link", "mixed", "unexplained", "none", "conflated"}
         assert isinstance(r["significant"], bool)
         if r["slowdown"] is not None:  # the parts and the residual add up to the slowdown
             assert sum(r["explained"].values()) + r["residual"] == approx(r["slowdown"])
@@ -457,7 +474,9 @@ def test_focus_comm(tmp_path):
         dict(name="by_copy", start_ns=40_000, end_ns=41_500)]
     memcpy = [dict(start_ns=39_000, end_ns=42_000)]
     root = make_store(tmp_path / "s", kernels=kernels, memcpy=memcpy, devices=DEV)
-    assert {r["name"] for r in attribute(root).to_json()["kernels"]} == {"gemm_A", "by_copy"}
+    # every activity is a row: the copy and the NCCL kernels too
+    assert {r["name"] for r in attribute(root).to_json()["kernels"]} == {"gemm_A", "by_copy", "[CUDA memcpy DtoD]",
+                                                                         NCCL_NAME}
     assert {r["name"] for r in attribute(root, focus="comm").to_json()["kernels"]} == {"gemm_A"}
     with pytest.raises(UsageError):
         attribute(root, focus="everything")
@@ -535,7 +554,7 @@ def test_cli_json(store_a):
     rc, out, err = run_cli("attribute", store_a, "--format", "json")
     assert rc == 0, err
     doc = json.loads(out)
-    assert doc["schema_version"] == 1 and doc["kernels"][0]["name"] == "gemm_A"
+    assert doc["schema_version"] == 2 and doc["kernels"][0]["name"] == "gemm_A"
     assert doc["kernels"][0]["class"] == "sm"
 
 

@@ -26,6 +26,7 @@ from conftest import H200, raw_query, read_ncu_report, run_cli
 
 import traceql
 from traceql import schema, store
+from traceql.analysis import prepare
 from traceql.collect import NCU_EXCLUDE, NCU_METRICS, NCU_SECTIONS, ncu_command
 from traceql.errors import UsageError
 from traceql.ncu import demand
@@ -336,6 +337,7 @@ def test_match_against_the_contention_trace(tmp_path, contention_sqlite, raw):
     assert by[("nvjet_sm90_tst_320x128_64x3_1x2_h_bz_coopB_NNT", "2x66x1")] == "exact"
     # kernel_signatures joins on the same keys
     keys = "run_id, device_id, name, grid, block, dynamic_smem_bytes"
+    prepare(con)
     assert con.sql(f"SELECT count(*) FROM (SELECT DISTINCT {keys} FROM kernel_signatures) s "
                    f"JOIN ncu_match USING ({keys})").fetchall()[0][0] == len(got)
     assert demand(con, matched_only=True).num_rows == len(got)

@@ -88,20 +88,21 @@ def _as_store(inputs: list[Path], workdir: Path) -> list[Path]:
     return dirs
 
 
-KERNEL_COLUMNS = """run_id, device_id, nvtx, group_id, activity, kind, name, short_name, grid, block, dynamic_smem_bytes, bytes,
-    occurrence, split, n, n_overlapped, n_isolated, baseline, t0_ns, t0_lo_ns, t0_hi_ns, t0_spread, t1_ns,
-    t1_lo_ns, t1_hi_ns, slowdown, slowdown_lo, slowdown_hi, significant, baseline_drift, conflated,
-    in_overlap_slowdown, overlap_fraction, comm_fraction, sm_share, comm_sm_share, corunner_kind, corunner_sms,
-    occupancy, sm_predicted, sm, sm_lo, sm_hi, dram_bw, dram_bw_lo, dram_bw_hi, cache, cache_lo, cache_hi,
-    clock, clock_lo, clock_hi, link, link_lo, link_hi, residual, class, reason, dram_pct_iso, dram_pct_ovl,
-    gpc_clock_mhz_iso, gpc_clock_mhz_ovl, sm_active_pct_iso, sm_active_pct_ovl, nvlink_pct_ovl, pcie_pct_ovl,
-    co_dram_pct, occupancy_source, launch_occupancy, ncu_match, ncu_ctas_per_sm, ncu_dram_pct, ncu_l2_hit_pct,
-    ncu_working_set_bytes, co_working_set_bytes, l2_bytes, cache_evidence"""
+KERNEL_COLUMNS = """run_id, device_id, nvtx, group_id, activity, kind, name, short_name, grid, block,
+    dynamic_smem_bytes, bytes, mode, split, n, n_overlapped, n_isolated, baseline, t0_ns, t0_lo_ns,
+    t0_hi_ns, t0_spread, t1_ns, t1_lo_ns, t1_hi_ns, slowdown, slowdown_lo, slowdown_hi, significant,
+    baseline_drift, conflated, in_overlap_slowdown, overlap_fraction, comm_fraction, sm_share,
+    comm_sm_share, corunner_kind, corunner_sms, occupancy, sm_predicted, sm, sm_lo, sm_hi, dram_bw,
+    dram_bw_lo, dram_bw_hi, cache, cache_lo, cache_hi, clock, clock_lo, clock_hi, link, link_lo,
+    link_hi, residual, class, reason, dram_pct_iso, dram_pct_ovl, gpc_clock_mhz_iso,
+    gpc_clock_mhz_ovl, sm_active_pct_iso, sm_active_pct_ovl, nvlink_pct_ovl, pcie_pct_ovl,
+    co_dram_pct, occupancy_source, launch_occupancy, ncu_match, ncu_ctas_per_sm, ncu_dram_pct,
+    ncu_l2_hit_pct, ncu_working_set_bytes, co_working_set_bytes, l2_bytes, cache_evidence"""
 # compute kernels beside communication lead (the question traceql answers first), then what cost the most time;
 # the tail of the key makes the order total, so the same input always gives the same output
 KERNEL_ORDER = """(kind = 'compute' AND comm_fraction > 0) DESC, significant DESC,
     (sum_t1_ns - sum_t0_ns) DESC NULLS LAST, sum_t1_ns DESC NULLS LAST, run_id, device_id, nvtx NULLS FIRST, name,
-    grid NULLS FIRST, block NULLS FIRST, dynamic_smem_bytes NULLS FIRST, bytes NULLS FIRST, occurrence NULLS FIRST"""
+    grid NULLS FIRST, block NULLS FIRST, dynamic_smem_bytes NULLS FIRST, bytes NULLS FIRST, mode NULLS FIRST"""
 
 
 def attribute(inputs: list[str | Path] | str | Path, *, baseline: str | Path | None = None,
@@ -273,10 +274,10 @@ def _ncu_notes(con: duckdb.DuckDBPyConnection) -> list[str]:
     n_runs, exact, by_name, total = con.sql("""
         SELECT (SELECT count(DISTINCT run_id) FROM ncu_kernels), count(*) FILTER (match = 'exact'),
                count(*) FILTER (match = 'name'), count(*)
-        FROM ncu_match WHERE kind = 'compute'""").fetchall()[0]
-    notes = [f"Nsight Compute: {n_runs} profile run(s); {exact + by_name} of {total} compute kernel signatures matched "
-             f"({exact} exact, {by_name} by name only); their counters are used where they apply (occupancy_source, "
-             "ncu_* columns)"]
+        FROM ncu_match WHERE kind <> 'comm'""").fetchall()[0]
+    notes = [f"Nsight Compute: {n_runs} profile run(s); {exact + by_name} of {total} non-communication kernel "
+             f"signatures matched ({exact} exact, {by_name} by name only); their counters are used where they apply "
+             "(occupancy_source, ncu_* columns)"]
     lacking, names = con.execute("""
         SELECT count(*) FILTER (list_has_any(missing, $1::VARCHAR[])),
                list_sort(list_distinct(flatten(list(list_intersect(missing, $1::VARCHAR[])))))

@@ -2,8 +2,8 @@
 
 Reads ``instance_facts`` (one row per GPU activity) and writes two tables the SQL views read:
 
-* ``_instance_baselines``: per activity, the group it is compared within (signature, split by occurrence in its
-  step where the signature's isolated durations are a mixture), the baseline duration ``t0_ns`` it is compared
+* ``_instance_baselines``: per activity, the group it is compared within (signature, split into duration modes by
+  launch context where the signature's isolated durations are a mixture), the baseline duration ``t0_ns`` it is compared
   with and where that comes from;
 * ``_signature_stats``: per group, t0 and t1 (medians) with distribution-free intervals, the slowdown with a
   bootstrap interval, significance, baseline drift over time, and whether the group is a mixture that could not
@@ -15,6 +15,7 @@ Everything is deterministic: groups are processed in sorted order and every rand
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 import duckdb
@@ -43,12 +44,13 @@ N_BOOT = 1000
 MAX_N = 1000
 
 INSTANCE_SCHEMA = pa.schema([
-    ("run_id", pa.string()), ("activity_id", pa.int64()), ("group_id", pa.int64()), ("t0_ns", pa.float64()),
+    ("run_id", pa.string()), ("activity_id", pa.int64()), ("group_id", pa.int64()), ("pool_id", pa.int64()),
+    ("t0_ns", pa.float64()),
     ("baseline", pa.string()),
 ])
 STATS_SCHEMA = pa.schema([
     ("group_id", pa.int64()), ("run_id", pa.string()), ("device_id", pa.int32()), ("nvtx", pa.string()),
-    ("sig", pa.uint64()), ("occurrence", pa.int64()), ("split", pa.string()), ("n", pa.int64()),
+    ("sig", pa.uint64()), ("mode", pa.int64()), ("split", pa.string()), ("n", pa.int64()),
     ("n_overlapped", pa.int64()), ("n_isolated", pa.int64()), ("t0_ns", pa.float64()), ("t0_lo_ns", pa.float64()),
     ("t0_hi_ns", pa.float64()), ("t0_spread", pa.float64()), ("t1_ns", pa.float64()), ("t1_lo_ns", pa.float64()),
     ("t1_hi_ns", pa.float64()), ("slowdown", pa.float64()), ("slowdown_lo", pa.float64()),
@@ -57,7 +59,7 @@ STATS_SCHEMA = pa.schema([
     ("conflated", pa.bool_()), ("note", pa.string()),
 ])
 
-FACT_COLUMNS = "run_id, device_id, nvtx, sig, occurrence, activity_id, start_ns, dur_ns, overlap_ns"
+FACT_COLUMNS = "run_id, device_id, nvtx, sig, step_text, occurrence, activity_id, start_ns, dur_ns, overlap_ns"
 
 
 @dataclass
@@ -98,14 +100,15 @@ def compute(con: duckdb.DuckDBPyConnection, external: External | None = None,
             gpu_names: dict[tuple[str, int], str] | None = None) -> tuple[pa.Table, pa.Table]:
     """Both tables for every activity of ``con``'s ``instance_facts``.
 
-    The baseline pool of an instance is its signature on its device (split by occurrence where that separates
-    a mixture); NVTX groups, when asked for, divide the overlapped instances of a pool into rows, never the pool.
+    The baseline pool of an instance is its signature on its device (split into duration modes where it is a
+    mixture); NVTX groups, when asked for, divide the overlapped instances of a pool into rows, never the pool.
     """
     facts = con.sql(f"SELECT {FACT_COLUMNS} FROM instance_facts "
                     "ORDER BY run_id, device_id, sig, start_ns, activity_id").fetchnumpy()
     n = len(facts["activity_id"])
     inst = {"run_id": facts["run_id"], "activity_id": np.asarray(facts["activity_id"], dtype=np.int64),
-            "group_id": np.full(n, -1, dtype=np.int64), "t0_ns": np.full(n, np.nan), "baseline": np.full(n, None)}
+            "group_id": np.full(n, -1, dtype=np.int64), "pool_id": np.full(n, -1, dtype=np.int64),
+            "t0_ns": np.full(n, np.nan), "baseline": np.full(n, None)}
     rows: list[dict] = []
     if n == 0:
         return _instances_table(inst), pa.Table.from_pylist([], schema=STATS_SCHEMA)
@@ -114,6 +117,7 @@ def compute(con: duckdb.DuckDBPyConnection, external: External | None = None,
         "nvtx": np.asarray(_filled(facts["nvtx"], None), dtype=object),
         "sig": np.asarray(facts["sig"], dtype=np.uint64),
         "occ": np.asarray(_filled(facts["occurrence"], -1), dtype=np.int64),
+        "text": np.asarray(_filled(facts["step_text"], None), dtype=object),
         "start": np.asarray(facts["start_ns"], dtype=np.int64), "dur": np.asarray(facts["dur_ns"], dtype=np.float64),
         "ovl": np.asarray(facts["overlap_ns"], dtype=np.int64),
     }
@@ -122,12 +126,15 @@ def compute(con: duckdb.DuckDBPyConnection, external: External | None = None,
     cut = np.ones(n, dtype=bool)
     cut[1:] = (run[1:] != run[:-1]) | (dev[1:] != dev[:-1]) | (sig[1:] != sig[:-1])
     bounds = np.append(np.flatnonzero(cut), n)
+    pool_id = 0
     for a, b in zip(bounds[:-1], bounds[1:], strict=True):
         ext = None
         if external is not None and gpu_names is not None:
             ext = external.durations.get((gpu_names.get((run[a], int(dev[a])), ""), int(sig[a])))
-        for sub, pool, split, conflated in _split(np.arange(a, b), f["dur"], f["ovl"], f["occ"]):
+        for sub, pool, split, conflated in _split(np.arange(a, b), f):
             base = _baseline(pool, f, ext, bool(external and external.replace), conflated)
+            inst["pool_id"][pool] = pool_id
+            pool_id += 1
             nv = f["nvtx"][pool]
             for group in sorted(set(nv), key=lambda v: (v is not None, v or "")):
                 idx = pool[np.array([v == group for v in nv])]
@@ -137,23 +144,58 @@ def compute(con: duckdb.DuckDBPyConnection, external: External | None = None,
 
 
 def _filled(col, fill):
-    return np.ma.filled(col, fill) if np.ma.isMaskedArray(col) else col
+    if not np.ma.isMaskedArray(col):
+        return col
+    out = np.asarray(col.data, dtype=object if fill is None else col.dtype).copy()
+    out[np.ma.getmaskarray(col)] = fill  # np.ma.filled(col, None) would fill with the dtype's default ('?')
+    return out
 
 
-def _split(idx: np.ndarray, dur: np.ndarray, ovl: np.ndarray, occ: np.ndarray):
-    """(occurrence or None, indices, split, conflated) for each pool a signature becomes."""
+# Launch contexts that say which kind of work an instance of a mixed signature is, most specific first: the same
+# NVTX range text and occurrence in it (the 3rd launch of this GEMM in "step"), the range text, the occurrence.
+CONTEXTS = (("range and occurrence", ("text", "occ")), ("range", ("text",)), ("occurrence", ("occ",)))
+
+
+def _split(idx: np.ndarray, f: dict):
+    """(mode or None, indices, split, conflated) for each pool a signature becomes.
+
+    A signature whose isolated durations are one kind of work is one pool. Otherwise its isolated instances are cut
+    into duration modes, and every other instance joins the mode of the isolated instances that share its launch
+    context (CONTEXTS, most specific first); an instance whose first context with isolated instances spans several
+    modes, or that shares no context with any, cannot be told apart: it is left out as conflated.
+    """
+    dur, ovl = f["dur"], f["ovl"]
     iso = idx[(ovl[idx] == 0) & (dur[idx] > 0)]
     if not is_mixture(dur[iso]):
         yield None, idx, None, False
         return
-    occs = occ[idx]
-    if (occs >= 0).all():
-        parts = [(int(o), idx[occs == o]) for o in np.unique(occs)]
-        if all(not is_mixture(dur[p[(ovl[p] == 0) & (dur[p] > 0)]]) for _, p in parts):
-            for o, p in parts:
-                yield o, p, "occurrence", False
-            return
-    yield None, idx, None, True
+    labels = _modes(dur[iso])
+    if labels.max() <= 0:  # a continuum of sizes: no mode to join
+        yield None, idx, None, True
+        return
+    mode = dict(zip(iso.tolist(), labels.tolist(), strict=True))
+    seen = {}
+    for name, cols in CONTEXTS:
+        table: dict = {}
+        for i in iso.tolist():
+            key = tuple(f[c][i] for c in cols)
+            if None not in key and -1 not in key:
+                table.setdefault(key, set()).add(mode[i])
+        seen[name] = table
+    assigned = np.full(len(idx), -1)
+    for pos, i in enumerate(idx.tolist()):
+        if i in mode:
+            assigned[pos] = mode[i]
+            continue
+        for name, cols in CONTEXTS:
+            modes = seen[name].get(tuple(f[c][i] for c in cols))
+            if modes:
+                assigned[pos] = next(iter(modes)) if len(modes) == 1 else -1
+                break
+    for m in sorted(set(assigned.tolist()) - {-1}):
+        yield m, idx[assigned == m], "duration mode", False
+    if (assigned == -1).any():
+        yield None, idx[assigned == -1], "duration mode", True
 
 
 @dataclass
@@ -171,8 +213,8 @@ def _baseline(pool: np.ndarray, f: dict, ext, ext_replaces: bool, conflated: boo
     iso = pool[(ovl[pool] == 0) & (dur[pool] > 0)]
     base = _Base(n_isolated=len(iso))
     if conflated:
-        base.note = ("isolated durations are a mixture of different work that occurrence in the step does not "
-                     "separate: left out of aggregate slowdowns")
+        base.note = ("isolated durations of this signature are a mixture of different work, and no launch context "
+                     "(NVTX range, occurrence in it) tells which these instances are: left out of aggregate slowdowns")
         return base
     if ext is not None and ext_replaces:
         base.source, base.t0s = ext
@@ -196,7 +238,7 @@ def _row(gid: int, key: tuple, split, conflated: bool, idx: np.ndarray, f: dict,
     is_ovl = f["ovl"][idx] > 0
     t1s = dur[idx[is_ovl]]
     tau, p, rel = base.drift
-    row = dict(group_id=gid, run_id=run_id, device_id=device_id, nvtx=nvtx, sig=sig, occurrence=sub, split=split,
+    row = dict(group_id=gid, run_id=run_id, device_id=device_id, nvtx=nvtx, sig=sig, mode=sub, split=split,
                n=len(idx), n_overlapped=int(is_ovl.sum()), n_isolated=base.n_isolated, conflated=conflated,
                t1_ns=None, t1_lo_ns=None, t1_hi_ns=None, t0_ns=None, t0_lo_ns=None, t0_hi_ns=None, t0_spread=None,
                slowdown=None, slowdown_lo=None, slowdown_hi=None, significant=False, baseline=base.source,
@@ -215,9 +257,15 @@ def _row(gid: int, key: tuple, split, conflated: bool, idx: np.ndarray, f: dict,
     inst["t0_ns"][idx] = t0_each
     inst["baseline"][idx] = base.source
     if len(t1s):
-        seed_key = (run_id, device_id, nvtx, sig, sub)
+        # seeded by the data, not the name: the same durations give the same interval whatever the kernel is called
+        seed_key = (nvtx, sub, hashlib.blake2b(np.sort(base.t0s).tobytes() + np.sort(t1s).tobytes(),
+                                               digest_size=8).hexdigest())
         if base.per_instance is not None:
             s, lo, hi = stats.ratio_ci(t1s / t0_each[is_ovl], key=seed_key, level=LEVEL)
+        elif len(t1s) == 1 and len(base.t0s) >= 2:
+            # one overlapped instance: where it falls against the spread of the isolated ones (a prediction interval)
+            q_lo, q_hi = np.quantile(base.t0s, [(1 - LEVEL) / 2, (1 + LEVEL) / 2], method="inverted_cdf")
+            s, lo, hi = t1s[0] / np.median(base.t0s) - 1, t1s[0] / q_hi - 1, t1s[0] / q_lo - 1
         else:
             s, lo, hi = stats.slowdown_ci(base.t0s, t1s, key=seed_key, level=LEVEL, n_boot=N_BOOT, max_n=MAX_N)
         row.update(slowdown=_f(s), slowdown_lo=_f(lo), slowdown_hi=_f(hi))

@@ -15,7 +15,6 @@ symmetric memory      comm      symm_mem          torch symm_mem / symmetric_mem
 DeepEP                comm      deepep            deep_ep::*
 MSCCL++               comm      mscclpp           mscclpp*
 custom all-reduce     comm      custom_allreduce  vLLM/TRT-LLM one/two-shot, cross_device_reduce
-test kernels          compute   spin / stream     spin_hold_sms, half_sm_stream
 attention             compute   attention         flash, sdpa, fmha, attention; cuDNN SDPA helpers
 optimizer             compute   optimizer         multi_tensor_apply, adam, fused_sgd
 conv                  compute   conv              conv*, implicit gemm, fprop/dgrad/wgrad
@@ -54,8 +53,6 @@ PATTERNS: list[tuple[re.Pattern[str], str, str]] = [
     (re.compile(r"mscclpp", _I), "comm", "mscclpp"),
     (re.compile(r"cross_device_reduce|custom_?all_?reduce|(?:one|two)_?shot_?all_?reduce|allreduce_fusion", _I),
      "comm", "custom_allreduce"),
-    (re.compile(r"\bspin_hold_sms\b"), "compute", "spin"),
-    (re.compile(r"\bhalf_sm_stream\b"), "compute", "stream"),
     # cuDNN's SDPA backward launches dO.O and dQ-conversion helpers next to the flash kernel.
     (re.compile(r"flash|sdpa|fmha|attention|compute_dot_do_o|convert_dq_to", _I), "compute", "attention"),
     (re.compile(r"multi_tensor_apply|adam|fused_sgd", _I), "compute", "optimizer"),

@@ -19,6 +19,14 @@ def _pct(v: float | None) -> str:
     return "-" if v is None else f"{v:+.1%}"
 
 
+def _interval(r: dict) -> str:
+    if r["slowdown"] is None:
+        return "-"
+    if r.get("slowdown_lo") is None or r.get("slowdown_hi") is None:
+        return _pct(r["slowdown"])
+    return f"{_pct(r['slowdown'])} [{_pct(r['slowdown_lo'])}, {_pct(r['slowdown_hi'])}]"
+
+
 def render_attribution(result, fmt: str, limit: int = 25) -> str:
     if fmt == "json":
         return json.dumps(result.to_json(), indent=1, default=str) + "\n"
@@ -44,14 +52,18 @@ def render_attribution(result, fmt: str, limit: int = 25) -> str:
                         "-" if r["overlap_fraction"] is None else f"{r['overlap_fraction']:.1%}",
                         _pct(r["compute_slowdown"]), f"{r['overlapped_kernels']}/{r['compute_kernels']}")
     console.print(summary, markup=False)
-    kernels = Table(title=f"kernel signatures, worst first (top {limit}; ms unless marked)", title_justify="left")
-    for col in ("dev", "kernel", "nvtx", "n ovl/all", "t0", "t1", "slowdown", "f", "co-runner", "SMs held",
-                "sm", "dram_bw", "cache", "clock", "link", "residual", "class"):
+    kernels = Table(title=f"activities by signature: compute beside communication first, then the most time lost "
+                          f"(top {limit}; ms unless marked; slowdown with its 95% interval)", title_justify="left")
+    for col in ("dev", "activity", "nvtx", "n ovl/all", "t0", "t1", "slowdown [95% CI]", "f", "co-runner",
+                "SMs held", "sm", "dram_bw", "cache", "clock", "link", "residual", "class"):
         kernels.add_column(col, overflow="fold")
     for r in result.kernels.slice(0, limit).to_pylist():
+        what = (r["short_name"] or r["name"] or "")[:44]
+        if r.get("mode") is not None:
+            what += f" (mode {r['mode']})"
         kernels.add_row(
-            str(r["device_id"]), (r["short_name"] or r["name"] or "")[:48], (r["nvtx"] or "")[:40],
-            f"{r['n_overlapped']}/{r['n']}", _fmt_ns(r["t0_ns"]), _fmt_ns(r["t1_ns"]), _pct(r["slowdown"]),
+            str(r["device_id"]), what, (r["nvtx"] or "")[:40],
+            f"{r['n_overlapped']}/{r['n']}", _fmt_ns(r["t0_ns"]), _fmt_ns(r["t1_ns"]), _interval(r),
             "-" if r["overlap_fraction"] is None else f"{r['overlap_fraction']:.2f}", r["corunner_kind"] or "-",
             "-" if r["corunner_sms"] is None else f"{r['corunner_sms']:.0f}",
             *(_pct(r[f]) if r["significant"] else "" for f in ("sm", "dram_bw", "cache", "clock", "link", "residual")),
