@@ -26,6 +26,8 @@
 --   corunner_kind       VARCHAR  the class it counts in as a co-runner: comm (communication kernels, peer copies),
 --                                compute (every other kernel), copy (other copies, sets)
 --   sm_held             BIGINT   SMs the activity occupies: min(SM count, CTAs) for kernels, 0 for copy engines
+--   launch_occupancy    BIGINT   CTAs per SM the launch configuration and the device's limits allow (kernels)
+--   cluster_ctas        BIGINT   CTAs per thread-block cluster, from a cuBLAS nvjet name's cluster shape, else 1
 --   sig                 UBIGINT  signature hash: the same work has the same sig
 WITH acts AS (
     SELECT k.run_id, k.device_id, 'kernel' AS activity, k.global_pid, k.correlation_id, k.stream_id, k.start_ns,
@@ -33,17 +35,29 @@ WITH acts AS (
            concat_ws('x', k.block_x, k.block_y, k.block_z) AS block, k.dynamic_smem_bytes, NULL::BIGINT AS bytes,
            k.ctas, k.threads_per_block, k.regs_per_thread, k.static_smem_bytes, k.kind,
            CASE WHEN k.kind = 'comm' THEN 'comm' ELSE 'compute' END AS corunner_kind,
-           least(k.ctas, coalesce(d.sm_count, k.ctas))::BIGINT AS sm_held
+           least(k.ctas, coalesce(d.sm_count, k.ctas))::BIGINT AS sm_held,
+           -- CTAs per SM: the tightest of the block, warp, register and shared-memory limits
+           greatest(1, least(
+               coalesce(d.max_blocks_per_sm, 32),
+               coalesce(d.max_warps_per_sm, 64) // greatest(1, ceil(k.threads_per_block / 32.0))::BIGINT,
+               CASE WHEN k.regs_per_thread > 0 THEN coalesce(d.max_regs_per_sm, 65536)
+                    // (k.regs_per_thread * 32 * ceil(k.threads_per_block / 32.0))::BIGINT END,
+               CASE WHEN k.dynamic_smem_bytes + k.static_smem_bytes > 0 THEN coalesce(d.max_smem_per_sm_bytes, 233472)
+                    // (k.dynamic_smem_bytes + k.static_smem_bytes) END))::BIGINT AS launch_occupancy,
+           -- nvjet_<arch>_<kind>_<tile MxN>_<tile K x stages>_<cluster AxB>_...: a cluster runs on A*B SMs at once
+           coalesce(try_cast(regexp_extract(k.name, '^nvjet_[a-z0-9]+_[a-z]+_\d+x\d+_\d+x\d+_(\d+)x\d+_', 1) AS BIGINT)
+                    * try_cast(regexp_extract(k.name, '^nvjet_[a-z0-9]+_[a-z]+_\d+x\d+_\d+x\d+_\d+x(\d+)_', 1) AS BIGINT),
+                    1) AS cluster_ctas
     FROM kernels k LEFT JOIN devices d USING (run_id, device_id)
     UNION ALL
     SELECT run_id, device_id, 'memcpy', global_pid, correlation_id, stream_id, start_ns, end_ns, dur_ns,
            '[CUDA memcpy ' || coalesce(copy_kind, '?') || ']', '[CUDA memcpy ' || coalesce(copy_kind, '?') || ']',
            NULL, NULL, NULL, bytes, NULL, NULL, NULL, NULL, CASE WHEN is_peer THEN 'comm' ELSE 'copy' END,
-           CASE WHEN is_peer THEN 'comm' ELSE 'copy' END, 0
+           CASE WHEN is_peer THEN 'comm' ELSE 'copy' END, 0, NULL, 1
     FROM memcpy
     UNION ALL
     SELECT run_id, device_id, 'memset', global_pid, correlation_id, stream_id, start_ns, end_ns, dur_ns,
-           '[CUDA memset]', '[CUDA memset]', NULL, NULL, NULL, bytes, NULL, NULL, NULL, NULL, 'copy', 'copy', 0
+           '[CUDA memset]', '[CUDA memset]', NULL, NULL, NULL, bytes, NULL, NULL, NULL, NULL, 'copy', 'copy', 0, NULL, 1
     FROM memset
 )
 SELECT run_id, device_id,
@@ -51,5 +65,5 @@ SELECT run_id, device_id,
                           correlation_id, name) AS activity_id,
        activity, global_pid, correlation_id, stream_id, start_ns, end_ns, dur_ns, name, short_name, grid, block,
        dynamic_smem_bytes, bytes, ctas, threads_per_block, regs_per_thread, static_smem_bytes, kind, corunner_kind,
-       sm_held, hash(activity, name, grid, block, dynamic_smem_bytes, bytes) AS sig
+       sm_held, launch_occupancy, cluster_ctas, hash(activity, name, grid, block, dynamic_smem_bytes, bytes) AS sig
 FROM acts

@@ -1,15 +1,10 @@
 -- kernel_attribution: per (sub-)signature group of GPU activity (kernels of every kind, copies, sets; and NVTX
--- group): observed slowdown under overlap with its interval, and the part of it explained by each contended resource. Factors combine multiplicatively
--- (t1/t0 = (1+clock)(1+sm)(1+dram_bw)(1+cache)(1+link)·(1+residual)); each factor's part of the
--- slowdown is s·ln(1+e)/ln(1+s), so the parts and the residual add up to the slowdown s.
--- Models (docs/attribution.md): clock f0/f1-1 first; SM: wave model with the co-runners' SMs;
--- DRAM: combined isolated demand over 90% of peak, plus the remaining loss when both victim and co-runners move
--- DRAM traffic (>= 10% of peak each) without extra bytes; cache: DRAM bytes that appear only under overlap
--- (>= 25% more than victim and co-runners move alone); link: NVLink/PCIe busy (>= 30%) while nothing else explains.
--- Nsight Compute demand (_ncu_demand), where a profile matches the signature: its CTAs per SM are the occupancy of
--- the wave model; its isolated DRAM rate stands in for the victim's when GPU metrics did not measure one; without
--- GPU metrics, cache evidence is an isolated L2 hit rate >= 50% with a working set that fits in L2 alone but not
--- beside the profiled co-runners' working sets.
+-- group): the observed slowdown with its interval, what each contended resource predicts for it (instance_predictions,
+-- medians over the overlapped instances), and the class. Predictions combine multiplicatively:
+-- 1 + predicted = (1+sm)(1+dram_bw)(1+cache)(1+clock)(1+link); each factor's part of the predicted slowdown is
+-- predicted·ln(1+p)/ln(1+predicted), so the parts add up to the prediction and residual = slowdown - predicted.
+-- A class needs the observed interval to meet the predicted one (agreement); the factor with at least half the
+-- predicted slowdown names it, else mixed; a slowdown the models under- or over-predict is unexplained, with why.
 -- columns:
 --   run_id               VARCHAR  run
 --   device_id            INTEGER  physical GPU
@@ -48,27 +43,31 @@
 --   comm_fraction        DOUBLE   communication-overlapped time / duration of the overlapped instances
 --   sm_share             DOUBLE   co-runners' SM share over the overlapped instances
 --   comm_sm_share        DOUBLE   communication kernels' SM share over the overlapped instances
---   corunner_kind        VARCHAR  kind that overlapped longest: comm, compute, copy
+--   corunner_kind        VARCHAR  co-runner class with the most overlap time: comm, compute, copy
 --   corunner_sms         DOUBLE   SMs held by co-runners while overlapped
---   occupancy            BIGINT   CTAs per SM in the wave model: Nsight Compute's, else the launch configuration's
---   sm_predicted         DOUBLE   SM (wave) model's slowdown while overlapped
+--   occupancy            BIGINT   CTAs per SM in the SM model: Nsight Compute's, else the launch configuration's
+--   sm_predicted         DOUBLE   SM model's point prediction for the overlapped time (median over instances)
 --   significant          BOOLEAN  the slowdown interval excludes 0 and |slowdown| >= 1%
---   sm                   DOUBLE   part of the slowdown explained by SMs taken
---   dram_bw              DOUBLE   part explained by DRAM bandwidth
---   cache                DOUBLE   part explained by L2 cache interference
---   clock                DOUBLE   part explained by a lower clock (negative: a higher clock helped)
---   link                 DOUBLE   part explained by NVLink/PCIe traffic
---   residual             DOUBLE   slowdown left unexplained
---   sm_lo                DOUBLE   95% interval of the SM part, lower bound (the part scales with the slowdown)
---   sm_hi                DOUBLE   95% interval of the SM part, upper bound
---   dram_bw_lo           DOUBLE   95% interval of the DRAM part, lower bound
---   dram_bw_hi           DOUBLE   95% interval of the DRAM part, upper bound
---   cache_lo             DOUBLE   95% interval of the cache part, lower bound
---   cache_hi             DOUBLE   95% interval of the cache part, upper bound
---   clock_lo             DOUBLE   95% interval of the clock part, lower bound
---   clock_hi             DOUBLE   95% interval of the clock part, upper bound
---   link_lo              DOUBLE   95% interval of the link part, lower bound
---   link_hi              DOUBLE   95% interval of the link part, upper bound
+--   predicted            DOUBLE   the slowdown all factors predict together (point)
+--   predicted_lo         DOUBLE   its interval, low
+--   predicted_hi         DOUBLE   its interval, high
+--   agreement            VARCHAR  agrees (intervals meet), under (the models predict less), over (more)
+--   sm                   DOUBLE   part of the prediction from SMs taken
+--   dram_bw              DOUBLE   part from DRAM bandwidth
+--   cache                DOUBLE   part from L2 cache interference
+--   clock                DOUBLE   part from a lower clock (negative: a higher clock helped)
+--   link                 DOUBLE   part from NVLink/PCIe sharing
+--   residual             DOUBLE   slowdown - predicted: what no model predicts
+--   sm_lo                DOUBLE   SM prediction interval, low (slowdown units)
+--   sm_hi                DOUBLE   SM prediction interval, high
+--   dram_bw_lo           DOUBLE   DRAM prediction interval, low
+--   dram_bw_hi           DOUBLE   DRAM prediction interval, high
+--   cache_lo             DOUBLE   cache prediction interval, low
+--   cache_hi             DOUBLE   cache prediction interval, high
+--   clock_lo             DOUBLE   clock prediction interval, low
+--   clock_hi             DOUBLE   clock prediction interval, high
+--   link_lo              DOUBLE   link prediction interval, low
+--   link_hi              DOUBLE   link prediction interval, high
 --   class                VARCHAR  sm, dram_bw, cache, clock, link, mixed, unexplained, none, conflated
 --   reason               VARCHAR  why the class is none/unexplained or a number is missing
 --   dram_pct_iso         DOUBLE   witness: DRAM bandwidth, isolated instances (% of peak)
@@ -80,6 +79,12 @@
 --   nvlink_pct_ovl       DOUBLE   witness: NVLink, overlapped instances (% of peak)
 --   pcie_pct_ovl         DOUBLE   witness: PCIe, overlapped instances (% of peak)
 --   co_dram_pct          DOUBLE   witness: co-runners' isolated DRAM rate while overlapping (% of peak)
+--   dram_sat_pct         DOUBLE   witness: the device's DRAM saturation (_device_calibration, % of peak)
+--   dram_busy            DOUBLE   witness: DRAM rate during the overlapped instances / saturation
+--   memory_bound         BOOLEAN  witness: isolated DRAM rate >= memory_bound_frac of saturation (roofline SM model)
+--   extra_bytes_frac     DOUBLE   witness: DRAM traffic beyond what victim and co-runners move alone (relative)
+--   footprint            BOOLEAN  witness: a co-runner has a cache footprint
+--   clock_power          BOOLEAN  witness: the clock dropped while the device drew more power than in isolation
 --   occupancy_source     VARCHAR  where occupancy comes from: ncu or launch
 --   launch_occupancy     BIGINT   CTAs per SM the launch configuration and device limits allow
 --   ncu_match            VARCHAR  Nsight Compute profile of the signature: exact, name or unmatched (ncu_match)
@@ -90,127 +95,76 @@
 --   co_working_set_bytes DOUBLE   witness: profiled co-runners' working sets while overlapping (bytes)
 --   l2_bytes             BIGINT   witness: the device's L2 size (bytes)
 --   cache_evidence       VARCHAR  cache evidence found: dram_bytes (extra traffic under overlap), ncu_working_set, NULL
-WITH demand AS (
-    SELECT k.*, k.occupancy AS launch_occupancy, coalesce(n.ctas_per_sm, k.occupancy) AS occ,
+WITH pred AS (
+    SELECT group_id, median(sm_lo) AS sm_lo, median(sm_pt) AS sm_pt, median(sm_hi) AS sm_hi,
+           median(dram_lo) AS dram_lo, median(dram_pt) AS dram_pt, median(dram_hi) AS dram_hi,
+           median(cache_lo) AS cache_lo, median(cache_pt) AS cache_pt, median(cache_hi) AS cache_hi,
+           median(clock_lo) AS clock_lo, median(clock_pt) AS clock_pt, median(clock_hi) AS clock_hi,
+           median(link_lo) AS link_lo, median(link_pt) AS link_pt, median(link_hi) AS link_hi,
+           median(sm_pt / nullif(f, 0)) AS sm_predicted, bool_or(memory_bound) AS memory_bound,
+           median(dram_pct / dram_sat_pct) AS dram_busy, any_value(dram_sat_pct) AS dram_sat_pct,
+           median(extra_bytes_frac) AS extra_bytes_frac, bool_or(footprint) AS footprint,
+           bool_or(clock_power) AS clock_power, count(*) FILTER (sm_pt IS NULL) AS no_sm_model,
+           CASE WHEN bool_or(cache_evidence = 'dram_bytes') THEN 'dram_bytes'
+                WHEN bool_or(cache_evidence = 'ncu_working_set') THEN 'ncu_working_set' END AS cache_evidence
+    FROM instance_predictions GROUP BY group_id
+), demand AS (
+    SELECT k.*, p.* EXCLUDE (group_id), k.occupancy AS launch_occupancy, coalesce(n.ctas_per_sm, k.occupancy) AS occ,
            CASE WHEN n.ctas_per_sm IS NOT NULL THEN 'ncu' ELSE 'launch' END AS occupancy_source,
            coalesce(n.match, 'unmatched') AS ncu_match, n.ctas_per_sm AS ncu_ctas_per_sm, n.dram_pct AS ncu_dram_pct,
-           n.l2_hit_pct AS ncu_l2_hit_pct, n.working_set_bytes AS ncu_working_set_bytes, d.l2_bytes,
-           -- the victim's DRAM demand alone: measured by GPU metrics, else by Nsight Compute
-           coalesce(k.dram_pct_iso, n.dram_pct) AS dram_iso
+           n.l2_hit_pct AS ncu_l2_hit_pct, n.working_set_bytes AS ncu_working_set_bytes, d.l2_bytes
     FROM kernel_signatures k
-    LEFT JOIN _ncu_demand n ON k.activity = 'kernel' AND n.run_id = k.run_id AND n.device_id = k.device_id AND n.name = k.name
-         AND n.grid = k.grid AND n.block = k.block AND n.dynamic_smem_bytes IS NOT DISTINCT FROM k.dynamic_smem_bytes
+    LEFT JOIN pred p USING (group_id)
+    LEFT JOIN _ncu_demand n ON k.activity = 'kernel' AND n.run_id = k.run_id AND n.device_id = k.device_id
+         AND n.name = k.name AND n.grid = k.grid AND n.block = k.block
+         AND n.dynamic_smem_bytes IS NOT DISTINCT FROM k.dynamic_smem_bytes
     LEFT JOIN devices d ON d.run_id = k.run_id AND d.device_id = k.device_id
-), base AS (
-    SELECT *, slowdown AS s,
-           overlap_fraction AS f,
-           ctas / (occ * sm_count)::DOUBLE AS waves
-    FROM demand
-), models AS (
-    SELECT *,
-        CASE WHEN corunner_sms IS NULL OR sm_count IS NULL THEN 0
-             WHEN corunner_sms >= sm_count - 0.5 THEN NULL
-             WHEN corunner_sms <= 0 THEN 0
-             -- a grid smaller than the SMs left free does not notice the co-runner
-             WHEN waves < 0.9 AND ctas <= occ * (sm_count - corunner_sms) THEN 0
-             WHEN waves < 0.9 THEN ceil(ctas / (occ * (sm_count - corunner_sms))) - 1
-             -- persistent kernels (about one full wave) and many waves: throughput scales with free SMs
-             WHEN waves <= 1.0 OR waves >= 4 THEN sm_count / (sm_count - corunner_sms) - 1
-             ELSE ceil(ctas / (occ * (sm_count - corunner_sms))) / ceil(ctas / (occ * sm_count)) - 1
-        END AS sm_predicted,
-        CASE WHEN gpc_clock_mhz_iso > 0 AND gpc_clock_mhz_ovl > 0 THEN gpc_clock_mhz_iso / gpc_clock_mhz_ovl - 1
-             ELSE 0 END AS e_clock,
-        -- DRAM bytes: measured over the overlapped instances, against what victim and co-runners move alone
-        -- (co-runners assumed stretched like the victim, so their bytes scale with t0, not t1)
-        dram_pct_ovl * t1_ns AS bytes_measured,
-        dram_iso * t0_ns + coalesce(co_dram_pct, 0) * f * t0_ns AS bytes_expected
-    FROM base
-), tests AS (
-    SELECT *,
-        -- cache, measured: DRAM traffic that only appears under overlap (the victim's working set no longer fits)
-        bytes_measured - bytes_expected >= greatest(0.25 * bytes_expected, 5 * t0_ns) AS bytes_test,
-        -- cache, predicted from Nsight Compute: reuse in L2 alone, a working set that fits alone but not beside
-        -- the co-runners' (DRAM bytes of a cold-L2 run bound the data a kernel touches from above)
-        ncu_l2_hit_pct >= 50 AND ncu_working_set_bytes <= l2_bytes
-            AND ncu_working_set_bytes + co_working_set_bytes > l2_bytes AS ncu_cache_test
-    FROM models
-), factors AS (
-    SELECT *,
-        coalesce(f * sm_predicted, 0) AS e_sm,
-        -- combined demand over the sustainable peak: the bandwidth share lost to the co-runners
-        coalesce(f * greatest(0, (dram_iso + co_dram_pct) / 90.0 - 1), 0) AS e_dram,
-        -- a measurement, where GPU metrics allow one, wins over the prediction
-        coalesce(bytes_test, ncu_cache_test, false) AS cache_evidence,
-        CASE WHEN bytes_test THEN 'dram_bytes' WHEN bytes_test IS NULL AND ncu_cache_test THEN 'ncu_working_set' END
-            AS cache_source,
-        -- DRAM contention below saturation (queueing): both sides move DRAM traffic, no extra bytes
-        coalesce(dram_iso >= 10 AND co_dram_pct >= 10, false) AS dram_evidence,
-        coalesce(greatest(nvlink_pct_ovl, pcie_pct_ovl), 0) >= 30 AS link_evidence
-    FROM tests
 ), combined AS (
-    SELECT *,
-        -- what clock leaves, then SM and DRAM saturation scaled down together if they over-explain it
-        (1 + s) / (1 + e_clock) - 1 AS r1,
-        (1 + e_sm) * (1 + e_dram) - 1 AS sd
-    FROM factors
-), scaled AS (
-    SELECT *,
-        CASE WHEN sd > greatest(r1, 0) AND sd > 0 THEN greatest(r1, 0) / sd ELSE 1 END AS k
-    FROM combined
-), rest AS (
-    SELECT *, (1 + r1) / ((1 + e_sm * k) * (1 + e_dram * k)) - 1 AS r2 FROM scaled
+    SELECT *, slowdown AS s, overlap_fraction AS f,
+           significant_stat AND NOT conflated AS sig,
+           (1 + sm_pt) * (1 + dram_pt) * (1 + cache_pt) * (1 + clock_pt) * (1 + link_pt) - 1 AS p,
+           (1 + sm_lo) * (1 + dram_lo) * (1 + cache_lo) * (1 + clock_lo) * (1 + link_lo) - 1 AS p_lo,
+           (1 + sm_hi) * (1 + dram_hi) * (1 + cache_hi) * (1 + clock_hi) * (1 + link_hi) - 1 AS p_hi
+    FROM demand
 ), parts AS (
     SELECT *,
-        e_sm * k AS e_sm2,
-        (1 + e_dram * k) * (1 + CASE WHEN dram_evidence AND NOT cache_evidence THEN greatest(0, r2) ELSE 0 END) - 1
-            AS e_dram2,
-        CASE WHEN cache_evidence THEN greatest(0, r2) ELSE 0 END AS e_cache
-    FROM rest
-), final AS (
-    SELECT *,
-        CASE WHEN link_evidence AND NOT cache_evidence AND NOT dram_evidence AND r2 > 0
-                  AND e_sm2 + e_dram2 < 0.5 * greatest(r1, 1e-9)
-             THEN r2 ELSE 0 END AS e_link,
-        CASE WHEN s IS NOT NULL AND abs(ln(1 + s)) > 1e-12 THEN s / ln(1 + s) END AS to_part
-    FROM parts
+        -- each factor's share of the prediction, in the prediction's own units (the parts add up to p)
+        CASE WHEN abs(ln(1 + p)) > 1e-12 THEN p / ln(1 + p) END AS to_part,
+        CASE WHEN s IS NULL OR p IS NULL THEN NULL
+             WHEN coalesce(slowdown_hi, s) >= p_lo AND coalesce(slowdown_lo, s) <= p_hi THEN 'agrees'
+             WHEN coalesce(slowdown_hi, s) < p_lo THEN 'over' ELSE 'under' END AS agreement
+    FROM combined
 ), attributed AS (
     SELECT *,
-        coalesce(to_part * ln(1 + e_sm2), 0) AS p_sm,
-        coalesce(to_part * ln(1 + e_dram2), 0) AS p_dram,
-        coalesce(to_part * ln(1 + e_cache), 0) AS p_cache,
-        coalesce(to_part * ln(1 + e_clock), 0) AS p_clock,
-        coalesce(to_part * ln(1 + e_link), 0) AS p_link,
-        significant_stat AND NOT conflated AS sig
-    FROM final
+        coalesce(to_part * ln(1 + sm_pt), 0) AS p_sm, coalesce(to_part * ln(1 + dram_pt), 0) AS p_dram,
+        coalesce(to_part * ln(1 + cache_pt), 0) AS p_cache, coalesce(to_part * ln(1 + clock_pt), 0) AS p_clock,
+        coalesce(to_part * ln(1 + link_pt), 0) AS p_link
+    FROM parts
+), classed AS (
+    SELECT *,
+        greatest(p_sm, p_dram, p_cache, p_clock, p_link) AS p_max,
+        CASE WHEN p_sm >= greatest(p_dram, p_cache, p_clock, p_link) THEN 'sm'
+             WHEN p_dram >= greatest(p_cache, p_clock, p_link) THEN 'dram_bw'
+             WHEN p_cache >= greatest(p_clock, p_link) THEN 'cache'
+             WHEN p_clock >= p_link THEN 'clock' ELSE 'link' END AS top
+    FROM attributed
 )
 SELECT run_id, device_id, nvtx, group_id, activity, kind, name, short_name, grid, block, dynamic_smem_bytes, bytes,
        mode, split, n, n_overlapped, n_isolated, t0_ns, t0_lo_ns, t0_hi_ns, t0_spread, t1_ns, t1_lo_ns, t1_hi_ns,
        sum_t1_ns, sum_t0_ns, s AS slowdown, slowdown_lo, slowdown_hi, baseline, baseline_drift, conflated,
        CASE WHEN f >= 0.2 AND s IS NOT NULL THEN 1 / ((1 / (1 + s) - (1 - f)) / f) - 1 END AS in_overlap_slowdown,
        overlap_fraction, comm_fraction, sm_share, comm_sm_share, corunner_kind, corunner_sms, occ AS occupancy,
-       sm_predicted, coalesce(sig, false) AS significant,
-       p_sm AS sm, p_dram AS dram_bw, p_cache AS cache, p_clock AS clock, p_link AS link,
-       CASE WHEN s IS NOT NULL THEN s - p_sm - p_dram - p_cache - p_clock - p_link END AS residual,
-       least(p_sm * slowdown_lo / nullif(s, 0), p_sm * slowdown_hi / nullif(s, 0)) AS sm_lo,
-       greatest(p_sm * slowdown_lo / nullif(s, 0), p_sm * slowdown_hi / nullif(s, 0)) AS sm_hi,
-       least(p_dram * slowdown_lo / nullif(s, 0), p_dram * slowdown_hi / nullif(s, 0)) AS dram_bw_lo,
-       greatest(p_dram * slowdown_lo / nullif(s, 0), p_dram * slowdown_hi / nullif(s, 0)) AS dram_bw_hi,
-       least(p_cache * slowdown_lo / nullif(s, 0), p_cache * slowdown_hi / nullif(s, 0)) AS cache_lo,
-       greatest(p_cache * slowdown_lo / nullif(s, 0), p_cache * slowdown_hi / nullif(s, 0)) AS cache_hi,
-       least(p_clock * slowdown_lo / nullif(s, 0), p_clock * slowdown_hi / nullif(s, 0)) AS clock_lo,
-       greatest(p_clock * slowdown_lo / nullif(s, 0), p_clock * slowdown_hi / nullif(s, 0)) AS clock_hi,
-       least(p_link * slowdown_lo / nullif(s, 0), p_link * slowdown_hi / nullif(s, 0)) AS link_lo,
-       greatest(p_link * slowdown_lo / nullif(s, 0), p_link * slowdown_hi / nullif(s, 0)) AS link_hi,
+       sm_predicted, coalesce(sig, false) AS significant, p AS predicted, p_lo AS predicted_lo, p_hi AS predicted_hi,
+       agreement, p_sm AS sm, p_dram AS dram_bw, p_cache AS cache, p_clock AS clock, p_link AS link,
+       CASE WHEN s IS NOT NULL THEN s - coalesce(p, 0) END AS residual,
+       sm_lo, sm_hi, dram_lo AS dram_bw_lo, dram_hi AS dram_bw_hi, cache_lo, cache_hi, clock_lo, clock_hi, link_lo,
+       link_hi,
        CASE WHEN conflated THEN 'conflated'
             WHEN n_overlapped = 0 OR t0_ns IS NULL THEN 'none'
-            WHEN s IS NULL THEN 'unexplained'
             WHEN NOT sig OR s <= 0 THEN 'none'
-            WHEN p_clock >= 0.5 * s THEN 'clock'
-            WHEN p_sm >= 0.5 * s THEN 'sm'
-            WHEN p_dram >= 0.5 * s THEN 'dram_bw'
-            WHEN p_cache >= 0.5 * s THEN 'cache'
-            WHEN p_link >= 0.5 * s THEN 'link'
-            WHEN p_sm + p_dram + p_cache + p_clock + p_link >= 0.5 * s THEN 'mixed'
+            WHEN p IS NULL THEN 'unexplained'
+            WHEN agreement = 'agrees' AND p > 0 AND p_max >= 0.5 * p THEN top
+            WHEN agreement = 'agrees' AND p > 0 THEN 'mixed'
             ELSE 'unexplained' END AS class,
        CASE WHEN conflated THEN note
             WHEN n_overlapped = 0 THEN 'never overlapped'
@@ -218,13 +172,22 @@ SELECT run_id, device_id, nvtx, group_id, activity, kind, name, short_name, grid
             WHEN NOT sig AND slowdown_lo IS NULL THEN 'too few instances for an interval'
             WHEN NOT sig THEN 'the slowdown interval includes 0 or stays under 1%'
             WHEN s <= 0 THEN 'faster when overlapped'
-            WHEN dram_pct_ovl IS NULL AND ncu_dram_pct IS NULL THEN 'no GPU metrics: only the SM model could be applied'
-            WHEN dram_pct_ovl IS NULL THEN 'no GPU metrics: only the SM model and Nsight Compute demand could be applied'
-            WHEN p_sm + p_dram + p_cache + p_clock + p_link < 0.5 * s
-                 AND greatest(p_sm, p_dram, p_cache, p_clock, p_link) < 0.5 * s THEN 'no factor reaches its threshold'
+            WHEN p IS NULL AND no_sm_model > 0 THEN 'co-runners held every SM: the SM model cannot predict'
+            WHEN p IS NULL THEN 'no model could be applied'
+            WHEN agreement = 'agrees' AND p > 0 THEN NULL
+            ELSE printf('the models predict %+.1f%% [%+.1f%%, %+.1f%%] but %+.1f%% [%+.1f%%, %+.1f%%] was observed%s',
+                        100 * p, 100 * p_lo, 100 * p_hi, 100 * s, 100 * coalesce(slowdown_lo, s),
+                        100 * coalesce(slowdown_hi, s),
+                        CASE WHEN dram_pct_ovl IS NULL AND ncu_dram_pct IS NULL
+                             THEN ' (no GPU metrics: only the SM model could be applied)'
+                             WHEN dram_pct_ovl IS NULL THEN ' (no GPU metrics: only the SM model and Nsight Compute '
+                                                            || 'demand could be applied)'
+                             WHEN dram_busy < 1 AND dram_busy IS NOT NULL
+                             THEN printf(' (device DRAM at %.0f%% of saturation during the overlap)', 100 * dram_busy)
+                             ELSE '' END)
        END AS reason,
        dram_pct_iso, dram_pct_ovl, gpc_clock_mhz_iso, gpc_clock_mhz_ovl, sm_active_pct_iso, sm_active_pct_ovl,
-       nvlink_pct_ovl, pcie_pct_ovl, co_dram_pct, occupancy_source, launch_occupancy, ncu_match, ncu_ctas_per_sm,
-       ncu_dram_pct, ncu_l2_hit_pct, ncu_working_set_bytes, co_working_set_bytes, l2_bytes,
-       cache_source AS cache_evidence
-FROM attributed
+       nvlink_pct_ovl, pcie_pct_ovl, co_dram_pct, dram_sat_pct, dram_busy, memory_bound, extra_bytes_frac, footprint,
+       clock_power, occupancy_source, launch_occupancy, ncu_match, ncu_ctas_per_sm, ncu_dram_pct, ncu_l2_hit_pct,
+       ncu_working_set_bytes, co_working_set_bytes, l2_bytes, cache_evidence
+FROM classed

@@ -73,8 +73,7 @@ WITH inst AS (
     SELECT group_id, any_value(pool_id) AS pool_id, any_value(activity) AS activity, any_value(kind) AS kind, any_value(name) AS name,
            any_value(short_name) AS short_name, any_value(grid) AS grid, any_value(block) AS block,
            any_value(dynamic_smem_bytes) AS dynamic_smem_bytes, any_value(bytes) AS bytes, any_value(ctas) AS ctas,
-           any_value(sm_count) AS sm_count, any_value(threads_per_block) AS threads_per_block,
-           any_value(regs_per_thread) AS regs_per_thread, any_value(static_smem_bytes) AS static_smem_bytes,
+           any_value(sm_count) AS sm_count, any_value(launch_occupancy) AS occupancy,
            sum(dur_ns) FILTER (ovl)::HUGEINT AS sum_t1_ns,
            sum(t0_inst) FILTER (ovl) AS sum_t0_ns,
            sum(overlap_ns) FILTER (ovl) / sum(dur_ns) FILTER (ovl) AS overlap_fraction,
@@ -97,16 +96,7 @@ WITH inst AS (
     FROM inst GROUP BY group_id
 )
 SELECT s.run_id, s.device_id, s.group_id, s.nvtx, a.activity, a.kind, a.name, a.short_name, a.grid, a.block,
-       a.dynamic_smem_bytes, a.bytes, s.mode, s.split, a.ctas,
-       -- CTAs per SM: the tightest of the block, warp, register and shared-memory limits
-       CASE WHEN a.activity = 'kernel' THEN greatest(1, least(
-           coalesce(d.max_blocks_per_sm, 32),
-           coalesce(d.max_warps_per_sm, 64) // greatest(1, ceil(a.threads_per_block / 32.0))::BIGINT,
-           CASE WHEN a.regs_per_thread > 0 THEN coalesce(d.max_regs_per_sm, 65536)
-                // (a.regs_per_thread * 32 * ceil(a.threads_per_block / 32.0))::BIGINT END,
-           CASE WHEN a.dynamic_smem_bytes + a.static_smem_bytes > 0 THEN coalesce(d.max_smem_per_sm_bytes, 233472)
-                // (a.dynamic_smem_bytes + a.static_smem_bytes) END))::BIGINT END AS occupancy,
-       a.sm_count, s.n, s.n_overlapped, s.n_isolated, s.t0_ns, s.t0_lo_ns, s.t0_hi_ns, s.t0_spread, s.t1_ns,
+       a.dynamic_smem_bytes, a.bytes, s.mode, s.split, a.ctas, a.occupancy, a.sm_count, s.n, s.n_overlapped, s.n_isolated, s.t0_ns, s.t0_lo_ns, s.t0_hi_ns, s.t0_spread, s.t1_ns,
        s.t1_lo_ns, s.t1_hi_ns, a.sum_t1_ns, a.sum_t0_ns, s.slowdown, s.slowdown_lo, s.slowdown_hi,
        s.significant AS significant_stat, s.baseline, s.baseline_drift, s.drift, s.conflated, s.note,
        a.overlap_fraction, a.comm_fraction,
@@ -118,4 +108,3 @@ SELECT s.run_id, s.device_id, s.group_id, s.nvtx, a.activity, a.kind, a.name, a.
        a.pcie_pct_ovl, i.power_w_iso, a.power_w_ovl, a.co_dram_pct, a.co_working_set_bytes
 FROM _signature_stats s JOIN agg a USING (group_id)
 LEFT JOIN isolated i USING (pool_id)
-LEFT JOIN devices d ON d.run_id = s.run_id AND d.device_id = s.device_id

@@ -18,7 +18,8 @@ from .queries_loader import materialize
 # computed once, upstream first: each is read by several views downstream
 UPSTREAM = ("_metric_samples", "_activities", "_activity_steps", "_instance_overlap", "_instance_metrics",
             "_activity_dram", "_corunner_dram", "_activity_occurrence", "instance_facts")
-DOWNSTREAM = ("kernel_signatures", "kernel_attribution", "device_summary")
+DOWNSTREAM = ("_device_calibration", "kernel_signatures", "instance_predictions", "kernel_attribution",
+              "device_summary")
 # views that read the baselines: a query that names one of them needs prepare()
 NEEDS_PREPARE = ("_instance_baselines", "_signature_stats", *DOWNSTREAM)
 

@@ -89,15 +89,16 @@ def _as_store(inputs: list[Path], workdir: Path) -> list[Path]:
 
 
 KERNEL_COLUMNS = """run_id, device_id, nvtx, group_id, activity, kind, name, short_name, grid, block,
-    dynamic_smem_bytes, bytes, mode, split, n, n_overlapped, n_isolated, baseline, t0_ns, t0_lo_ns,
-    t0_hi_ns, t0_spread, t1_ns, t1_lo_ns, t1_hi_ns, slowdown, slowdown_lo, slowdown_hi, significant,
-    baseline_drift, conflated, in_overlap_slowdown, overlap_fraction, comm_fraction, sm_share,
-    comm_sm_share, corunner_kind, corunner_sms, occupancy, sm_predicted, sm, sm_lo, sm_hi, dram_bw,
-    dram_bw_lo, dram_bw_hi, cache, cache_lo, cache_hi, clock, clock_lo, clock_hi, link, link_lo,
-    link_hi, residual, class, reason, dram_pct_iso, dram_pct_ovl, gpc_clock_mhz_iso,
-    gpc_clock_mhz_ovl, sm_active_pct_iso, sm_active_pct_ovl, nvlink_pct_ovl, pcie_pct_ovl,
-    co_dram_pct, occupancy_source, launch_occupancy, ncu_match, ncu_ctas_per_sm, ncu_dram_pct,
-    ncu_l2_hit_pct, ncu_working_set_bytes, co_working_set_bytes, l2_bytes, cache_evidence"""
+    dynamic_smem_bytes, bytes,
+    mode, split, n, n_overlapped, n_isolated, baseline, t0_ns, t0_lo_ns, t0_hi_ns, t0_spread, t1_ns, t1_lo_ns,
+    t1_hi_ns, slowdown, slowdown_lo, slowdown_hi, significant, baseline_drift, conflated, in_overlap_slowdown,
+    overlap_fraction, comm_fraction, sm_share, comm_sm_share, corunner_kind, corunner_sms, occupancy,
+    sm_predicted, predicted, predicted_lo, predicted_hi, agreement, sm, sm_lo, sm_hi, dram_bw, dram_bw_lo,
+    dram_bw_hi, cache, cache_lo, cache_hi, clock, clock_lo, clock_hi, link, link_lo, link_hi, residual, class,
+    reason, dram_pct_iso, dram_pct_ovl, gpc_clock_mhz_iso, gpc_clock_mhz_ovl, sm_active_pct_iso,
+    sm_active_pct_ovl, nvlink_pct_ovl, pcie_pct_ovl, co_dram_pct, dram_sat_pct, dram_busy, memory_bound,
+    extra_bytes_frac, footprint, clock_power, occupancy_source, launch_occupancy, ncu_match, ncu_ctas_per_sm,
+    ncu_dram_pct, ncu_l2_hit_pct, ncu_working_set_bytes, co_working_set_bytes, l2_bytes, cache_evidence"""
 # compute kernels beside communication lead (the question traceql answers first), then what cost the most time;
 # the tail of the key makes the order total, so the same input always gives the same output
 KERNEL_ORDER = """(kind = 'compute' AND comm_fraction > 0) DESC, significant DESC,

@@ -59,7 +59,8 @@ STATS_SCHEMA = pa.schema([
     ("conflated", pa.bool_()), ("note", pa.string()),
 ])
 
-FACT_COLUMNS = "run_id, device_id, nvtx, sig, step_text, occurrence, activity_id, start_ns, dur_ns, overlap_ns"
+FACT_COLUMNS = ("run_id, device_id, nvtx, sig, step_text, step_start_ns, occurrence, activity_id, start_ns, dur_ns, "
+                "overlap_ns")
 
 
 @dataclass
@@ -121,6 +122,7 @@ def compute(con: duckdb.DuckDBPyConnection, external: External | None = None,
         "sig": np.asarray(facts["sig"], dtype=np.uint64),
         "occ": np.asarray(_filled(facts["occurrence"], -1), dtype=np.int64),
         "text": np.asarray(_filled(facts["step_text"], None), dtype=object),
+        "step": np.asarray(_filled(facts["step_start_ns"], -1), dtype=np.int64),
         "start": np.asarray(facts["start_ns"], dtype=np.int64), "dur": np.asarray(facts["dur_ns"], dtype=np.float64),
         "ovl": np.asarray(facts["overlap_ns"], dtype=np.int64),
     }
@@ -195,10 +197,23 @@ def _split(idx: np.ndarray, f: dict):
             if modes:
                 assigned[pos] = next(iter(modes)) if len(modes) == 1 else -1
                 break
+    _join_siblings(idx, assigned, f)
     for m in sorted(set(assigned.tolist()) - {-1}):
         yield m, idx[assigned == m], "duration mode", False
     if (assigned == -1).any():
         yield None, idx[assigned == -1], "duration mode", True
+
+
+def _join_siblings(idx: np.ndarray, assigned: np.ndarray, f: dict) -> None:
+    """Last resort for instances no context resolves: the mode every other launch of the signature in the same NVTX
+    range instance joined (the first GEMM of a loop whose other iterations are all one kind of work)."""
+    step = f["step"][idx]
+    for pos in np.flatnonzero(assigned == -1):
+        if step[pos] < 0:
+            continue
+        siblings = assigned[(step == step[pos]) & (np.arange(len(idx)) != pos)]
+        if len(siblings) and (siblings >= 0).all() and len(set(siblings.tolist())) == 1:
+            assigned[pos] = siblings[0]
 
 
 @dataclass

@@ -1,0 +1,144 @@
+-- instance_predictions: per overlapped GPU activity instance with a baseline, what each contended resource
+-- predicts for its slowdown, as an interval [lo, hi] and a point, in units of the instance's own slowdown
+-- (t/t0 - 1). A model predicts from what the co-runners demand and what the device shows it can supply; none of
+-- them takes "what is left" of the observed slowdown. Thresholds: _thresholds; device limits: _device_calibration.
+-- SM: the co-runners' SMs (their CTAs, capped at the SM count), whole thread-block clusters only; the bracket
+--     between the throughput form S/(S-N) - 1 and the wave form ceil(B/(occ(S-N)))/ceil(B/(occ S)) - 1, no loss
+--     when the CTAs fit in the free SMs; for a bandwidth-bound victim a roofline: loss only when the free SMs,
+--     at the best per-SM DRAM rate the trace shows (+-10%), cannot pull the victim's isolated rate.
+-- DRAM: only when the device rate during the instance reaches dram_busy_frac of saturation; from the demand
+--     alone of victim and co-runners: proportional sharing (lo) up to the victim getting only what the co-runners
+--     leave (hi); the point divides the demand by the rate measured.
+-- cache: only beside a co-runner with a footprint (DRAM traffic or a profiled working set); the witness is DRAM
+--     traffic beyond what victim and co-runners move alone; the victim's share of it, over its own bytes, is the
+--     time it costs at its bandwidth share (+-5% of the measured rate). Without GPU metrics, a profiled working set
+--     that fits in L2 alone but not beside the co-runners' brackets the loss between none and all L2 hits missing.
+-- clock: the isolated clock over the instance's clock, down to the share of the time it does not wait on DRAM
+--     (its isolated DRAM rate over saturation); a bandwidth-bound victim may feel none of it.
+-- link: communication beside other communication may share links: up to doubling while they overlap.
+-- SM and DRAM predictions are for the overlapped time and scale with the overlap fraction f.
+-- columns:
+--   run_id              VARCHAR  run
+--   device_id           INTEGER  physical GPU
+--   activity_id         BIGINT   activity (_activities)
+--   group_id            BIGINT   its group (_signature_stats)
+--   observed            DOUBLE   its slowdown: dur_ns / t0_ns - 1
+--   f                   DOUBLE   overlap fraction
+--   held_sms            DOUBLE   SMs co-running kernels held while overlapping it (capped at the SM count)
+--   free_sms            DOUBLE   SMs left, in whole clusters
+--   occupancy           BIGINT   CTAs per SM (Nsight Compute's, else the launch configuration's)
+--   memory_bound        BOOLEAN  isolated DRAM rate >= memory_bound_frac of saturation
+--   dram_iso_pct        DOUBLE   the victim's isolated DRAM rate (% of peak; GPU metrics, else Nsight Compute)
+--   co_dram_pct         DOUBLE   co-runners' isolated DRAM rate while overlapping it (% of peak)
+--   dram_pct            DOUBLE   device DRAM rate measured during it (% of peak)
+--   dram_sat_pct        DOUBLE   the device's DRAM saturation (_device_calibration)
+--   extra_bytes_frac    DOUBLE   DRAM traffic during it beyond what victim and co-runners move alone, relative
+--   footprint           BOOLEAN  a co-runner has a cache footprint
+--   sm_lo               DOUBLE   SM prediction, low
+--   sm_pt               DOUBLE   SM prediction, point
+--   sm_hi               DOUBLE   SM prediction, high
+--   dram_lo             DOUBLE   DRAM prediction, low
+--   dram_pt             DOUBLE   DRAM prediction, point
+--   dram_hi             DOUBLE   DRAM prediction, high
+--   cache_lo            DOUBLE   cache prediction, low
+--   cache_pt            DOUBLE   cache prediction, point
+--   cache_hi            DOUBLE   cache prediction, high
+--   clock_lo            DOUBLE   clock prediction, low
+--   clock_pt            DOUBLE   clock prediction, point
+--   clock_hi            DOUBLE   clock prediction, high
+--   link_lo             DOUBLE   link prediction, low
+--   link_pt             DOUBLE   link prediction, point
+--   link_hi             DOUBLE   link prediction, high
+--   clock_power         BOOLEAN  the clock dropped while the device drew more power than in isolation (NVML)
+--   cache_evidence      VARCHAR  dram_bytes (traffic beyond the alone rates), ncu_working_set (profiles), or NULL
+WITH pool AS (
+    SELECT b.pool_id, median(i.dram_pct) AS dram_iso, median(i.gpc_clock_mhz) AS clock_iso,
+           median(i.power_w) AS power_iso
+    FROM instance_facts i JOIN _instance_baselines b USING (run_id, activity_id)
+    WHERE i.overlap_ns = 0 AND i.dur_ns > 0 GROUP BY b.pool_id
+), inst AS (
+    SELECT i.run_id, i.device_id, i.activity_id, b.group_id, i.activity, i.activity_class, i.dur_ns, b.t0_ns,
+           i.overlap_fraction AS f, i.comm_fraction, i.ctas, i.cluster_ctas, i.sm_count AS s_count,
+           coalesce(n.ctas_per_sm, i.launch_occupancy) AS occ,
+           least(coalesce(i.corunner_sms, 0), i.sm_count) AS held,
+           coalesce(p.dram_iso, n.dram_pct) AS r_v, i.co_dram_pct AS r_c, i.dram_pct AS c_dram,
+           p.clock_iso, i.gpc_clock_mhz AS clock, p.power_iso, i.power_w,
+           n.l2_hit_pct, n.working_set_bytes, i.co_working_set_bytes, d.l2_bytes,
+           c.dram_sat_pct AS sat, c.dram_per_sm_pct AS per_sm,
+           t.memory_bound_frac, t.dram_busy_frac, t.footprint_min_pct, t.cache_extra_min
+    FROM instance_facts i JOIN _instance_baselines b USING (run_id, activity_id)
+    LEFT JOIN pool p USING (pool_id)
+    LEFT JOIN _ncu_demand n ON i.activity = 'kernel' AND n.run_id = i.run_id AND n.device_id = i.device_id
+         AND n.name = i.name AND n.grid = i.grid AND n.block = i.block
+         AND n.dynamic_smem_bytes IS NOT DISTINCT FROM i.dynamic_smem_bytes
+    LEFT JOIN _device_calibration c ON c.run_id = i.run_id AND c.device_id = i.device_id
+    LEFT JOIN devices d ON d.run_id = i.run_id AND d.device_id = i.device_id
+    CROSS JOIN _thresholds t
+    WHERE i.overlap_ns > 0 AND b.t0_ns > 0
+), shaped AS (
+    SELECT *,
+           cluster_ctas * floor((s_count - held) / cluster_ctas) AS free,
+           coalesce(r_v >= memory_bound_frac * sat, false) AS memory_bound,
+           r_v * t0_ns + coalesce(r_c, 0) * f * t0_ns AS bytes_alone,
+           coalesce(r_c >= footprint_min_pct, false) OR coalesce(co_working_set_bytes > 0, false) AS footprint
+    FROM inst
+), sm AS (
+    SELECT *,
+        CASE WHEN activity <> 'kernel' OR held <= 0 OR ctas <= occ * free THEN 0
+             WHEN free <= 0 THEN NULL ELSE s_count / free - 1 END AS sm_tput,
+        CASE WHEN activity <> 'kernel' OR held <= 0 OR ctas <= occ * free THEN 0
+             WHEN free <= 0 THEN NULL
+             ELSE ceil(ctas / (occ * free)) / ceil(ctas / (occ * s_count)) - 1 END AS sm_wave,
+        CASE WHEN free > 0 THEN greatest(0, r_v / least(sat, per_sm * 1.1 * free) - 1) END AS roof_lo,
+        CASE WHEN free > 0 THEN greatest(0, r_v / least(sat, per_sm * free) - 1) END AS roof_pt,
+        CASE WHEN free > 0 THEN greatest(0, r_v / least(sat, per_sm * 0.9 * free) - 1) END AS roof_hi,
+        coalesce(c_dram >= dram_busy_frac * sat, r_v + r_c > sat) AS dram_busy,
+        c_dram * dur_ns - bytes_alone AS extra_bytes
+    FROM shaped
+), predicted AS (
+    SELECT *,
+        f * CASE WHEN memory_bound AND sm_tput > 0 THEN roof_lo ELSE least(sm_tput, sm_wave) END AS sm_lo,
+        f * CASE WHEN memory_bound AND sm_tput > 0 THEN roof_pt
+                 WHEN ctas < occ * s_count THEN sm_wave ELSE sm_tput END AS sm_pt,
+        f * CASE WHEN memory_bound AND sm_tput > 0 THEN roof_hi ELSE greatest(sm_tput, sm_wave) END AS sm_hi,
+        CASE WHEN dram_busy AND r_v IS NOT NULL AND r_c IS NOT NULL
+             THEN f * greatest(0, (r_v + r_c) / sat - 1) ELSE 0 END AS dram_lo,
+        CASE WHEN dram_busy AND r_v IS NOT NULL AND r_c IS NOT NULL
+             -- the victim gets at least a twentieth of saturation: keeps the bound finite
+             THEN f * greatest(0, (r_v + r_c) / sat - 1, r_v / greatest(sat - r_c, 0.05 * sat) - 1) ELSE 0 END
+            AS dram_hi,
+        CASE WHEN dram_busy AND r_v IS NOT NULL AND r_c IS NOT NULL
+             THEN f * greatest(0, (r_v + r_c) / coalesce(least(c_dram, sat), sat) - 1) ELSE 0 END AS dram_raw,
+        footprint AND extra_bytes >= cache_extra_min * bytes_alone AND r_v > 0 AS cache_measured,
+        c_dram IS NULL AND l2_hit_pct IS NOT NULL AND working_set_bytes <= l2_bytes
+            AND working_set_bytes + co_working_set_bytes > l2_bytes AS cache_profiled,
+        CASE WHEN clock > 0 AND clock_iso > 0 THEN clock_iso / clock - 1 END AS clock_e
+    FROM sm
+)
+SELECT run_id, device_id, activity_id, group_id, dur_ns / t0_ns - 1 AS observed, f, held AS held_sms,
+       free AS free_sms, occ AS occupancy, memory_bound, r_v AS dram_iso_pct, r_c AS co_dram_pct, c_dram AS dram_pct,
+       sat AS dram_sat_pct, extra_bytes / nullif(bytes_alone, 0) AS extra_bytes_frac, footprint,
+       sm_lo, sm_pt, sm_hi,
+       dram_lo, least(dram_hi, greatest(dram_lo, dram_raw)) AS dram_pt, dram_hi,
+       CASE WHEN cache_measured THEN greatest(0, 0.95 * c_dram * dur_ns - bytes_alone) * r_v
+                                     / (r_v + coalesce(r_c, 0)) / (r_v * t0_ns)
+            ELSE 0 END AS cache_lo,
+       CASE WHEN cache_measured THEN extra_bytes * r_v / (r_v + coalesce(r_c, 0)) / (r_v * t0_ns)
+            WHEN cache_profiled THEN f * (1 / (1 - l2_hit_pct / 100) - 1) / 2
+            ELSE 0 END AS cache_pt,
+       CASE WHEN cache_measured THEN (1.05 * c_dram * dur_ns - bytes_alone) * r_v
+                                     / (r_v + coalesce(r_c, 0)) / (r_v * t0_ns)
+            WHEN cache_profiled THEN f * (1 / (1 - l2_hit_pct / 100) - 1)
+            ELSE 0 END AS cache_hi,
+       -- the share of its time a victim waits on DRAM (its isolated rate over saturation) does not scale with clock
+       CASE WHEN memory_bound THEN least(0, clock_e)
+            ELSE least(clock_e, clock_e * (1 - coalesce(least(r_v / sat, 1), 0))) END AS clock_lo,
+       CASE WHEN memory_bound THEN 0 ELSE clock_e END AS clock_pt,
+       CASE WHEN memory_bound THEN greatest(0, clock_e)
+            ELSE greatest(clock_e, clock_e * (1 - coalesce(least(r_v / sat, 1), 0))) END AS clock_hi,
+       0.0 AS link_lo,
+       CASE WHEN activity_class = 'comm' THEN comm_fraction / 2 ELSE 0 END AS link_pt,
+       CASE WHEN activity_class = 'comm' THEN comm_fraction ELSE 0 END AS link_hi,
+       coalesce(clock_e > 0 AND power_w > power_iso, false) AS clock_power,
+       CASE WHEN cache_measured THEN 'dram_bytes' WHEN cache_profiled THEN 'ncu_working_set' END AS cache_evidence
+FROM predicted
