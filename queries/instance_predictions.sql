@@ -5,16 +5,18 @@
 -- SM: the co-runners' SMs (their CTAs, capped at the SM count), whole thread-block clusters only; the bracket
 --     between the throughput form S/(S-N) - 1 and the wave form ceil(B/(occ(S-N)))/ceil(B/(occ S)) - 1, no loss
 --     when the CTAs fit in the free SMs; for a bandwidth-bound victim a roofline: loss only when the free SMs,
---     at the best per-SM DRAM rate the trace shows (+-10%), cannot pull the victim's isolated rate.
+--     at the best per-SM DRAM rate the trace shows (+-10%), cannot pull the victim's isolated rate. When the
+--     co-runners are on every SM, the victim's CTAs run beside theirs and share issue slots: from no loss to 2x.
 -- DRAM: only when the device rate during the instance reaches dram_busy_frac of saturation; from the demand
 --     alone of victim and co-runners: proportional sharing (lo) up to the victim getting only what the co-runners
 --     leave (hi); the point divides the demand by the rate measured.
 -- cache: only beside a co-runner with a footprint (DRAM traffic or a profiled working set); the witness is DRAM
 --     traffic beyond what victim and co-runners move alone; the victim's share of it, over its own bytes, is the
---     time it costs at its bandwidth share (+-5% of the measured rate). Without GPU metrics, a profiled working set
+--     time it costs at its bandwidth share (+-5% of the measured rate; co-runners stretched like the victim, or not). Without GPU metrics, a profiled working set
 --     that fits in L2 alone but not beside the co-runners' brackets the loss between none and all L2 hits missing.
 -- clock: the isolated clock over the instance's clock, down to the share of the time it does not wait on DRAM
---     (its isolated DRAM rate over saturation); a bandwidth-bound victim may feel none of it.
+--     (its isolated DRAM rate over saturation); a bandwidth-bound victim, a collective or a copy may feel none of it.
+-- The cache witness needs 2+ metric samples inside the instance and a victim the SM model predicts no loss for.
 -- link: communication beside other communication may share links: up to doubling while they overlap.
 -- SM and DRAM predictions are for the overlapped time and scale with the overlap fraction f.
 -- columns:
@@ -58,6 +60,7 @@ WITH pool AS (
     WHERE i.overlap_ns = 0 AND i.dur_ns > 0 GROUP BY b.pool_id
 ), inst AS (
     SELECT i.run_id, i.device_id, i.activity_id, b.group_id, i.activity, i.activity_class, i.dur_ns, b.t0_ns,
+           i.samples,
            i.overlap_fraction AS f, i.comm_fraction, i.ctas, i.cluster_ctas, i.sm_count AS s_count,
            coalesce(n.ctas_per_sm, i.launch_occupancy) AS occ,
            least(coalesce(i.corunner_sms, 0), i.sm_count) AS held,
@@ -79,15 +82,20 @@ WITH pool AS (
     SELECT *,
            cluster_ctas * floor((s_count - held) / cluster_ctas) AS free,
            coalesce(r_v >= memory_bound_frac * sat, false) AS memory_bound,
+           -- bytes the victim's work needs, plus what the co-runners move while beside it: at their alone rate
+           -- for as long as their own work would take (co-runners stretched like the victim), or for the whole
+           -- overlap (co-runners not stretched at all): the two ends of the cache interval
            r_v * t0_ns + coalesce(r_c, 0) * f * t0_ns AS bytes_alone,
+           r_v * t0_ns + coalesce(r_c, 0) * f * dur_ns AS bytes_alone_max,
            coalesce(r_c >= footprint_min_pct, false) OR coalesce(co_working_set_bytes > 0, false) AS footprint
     FROM inst
 ), sm AS (
     SELECT *,
+        -- co-runners on every SM: the victim's CTAs run beside theirs, sharing issue slots: up to twice as long
         CASE WHEN activity <> 'kernel' OR held <= 0 OR ctas <= occ * free THEN 0
-             WHEN free <= 0 THEN NULL ELSE s_count / free - 1 END AS sm_tput,
+             WHEN free <= 0 THEN 1 ELSE s_count / free - 1 END AS sm_tput,
         CASE WHEN activity <> 'kernel' OR held <= 0 OR ctas <= occ * free THEN 0
-             WHEN free <= 0 THEN NULL
+             WHEN free <= 0 THEN 0
              ELSE ceil(ctas / (occ * free)) / ceil(ctas / (occ * s_count)) - 1 END AS sm_wave,
         CASE WHEN free > 0 THEN greatest(0, r_v / least(sat, per_sm * 1.1 * free) - 1) END AS roof_lo,
         CASE WHEN free > 0 THEN greatest(0, r_v / least(sat, per_sm * free) - 1) END AS roof_pt,
@@ -97,10 +105,12 @@ WITH pool AS (
     FROM shaped
 ), predicted AS (
     SELECT *,
-        f * CASE WHEN memory_bound AND sm_tput > 0 THEN roof_lo ELSE least(sm_tput, sm_wave) END AS sm_lo,
-        f * CASE WHEN memory_bound AND sm_tput > 0 THEN roof_pt
+        f * CASE WHEN memory_bound AND sm_tput > 0 AND free > 0 THEN roof_lo ELSE least(sm_tput, sm_wave) END AS sm_lo,
+        f * CASE WHEN memory_bound AND sm_tput > 0 AND free > 0 THEN roof_pt
+                 WHEN free <= 0 THEN (sm_tput + sm_wave) / 2
                  WHEN ctas < occ * s_count THEN sm_wave ELSE sm_tput END AS sm_pt,
-        f * CASE WHEN memory_bound AND sm_tput > 0 THEN roof_hi ELSE greatest(sm_tput, sm_wave) END AS sm_hi,
+        f * CASE WHEN memory_bound AND sm_tput > 0 AND free > 0 THEN roof_hi ELSE greatest(sm_tput, sm_wave) END
+            AS sm_hi,
         CASE WHEN dram_busy AND r_v IS NOT NULL AND r_c IS NOT NULL
              THEN f * greatest(0, (r_v + r_c) / sat - 1) ELSE 0 END AS dram_lo,
         CASE WHEN dram_busy AND r_v IS NOT NULL AND r_c IS NOT NULL
@@ -109,7 +119,10 @@ WITH pool AS (
             AS dram_hi,
         CASE WHEN dram_busy AND r_v IS NOT NULL AND r_c IS NOT NULL
              THEN f * greatest(0, (r_v + r_c) / coalesce(least(c_dram, sat), sat) - 1) ELSE 0 END AS dram_raw,
-        footprint AND extra_bytes >= cache_extra_min * bytes_alone AND r_v > 0 AS cache_measured,
+        -- the witness needs the rate measured inside the activity (2+ samples), and a victim that keeps its SMs:
+        -- a victim that loses SMs re-fetches data as its waves change (extra bytes without any cache footprint)
+        footprint AND extra_bytes >= cache_extra_min * bytes_alone AND r_v > 0 AND samples >= 2
+            AND coalesce(sm_tput, 0) = 0 AND coalesce(sm_wave, 0) = 0 AS cache_measured,
         c_dram IS NULL AND l2_hit_pct IS NOT NULL AND working_set_bytes <= l2_bytes
             AND working_set_bytes + co_working_set_bytes > l2_bytes AS cache_profiled,
         CASE WHEN clock > 0 AND clock_iso > 0 THEN clock_iso / clock - 1 END AS clock_e
@@ -120,7 +133,7 @@ SELECT run_id, device_id, activity_id, group_id, dur_ns / t0_ns - 1 AS observed,
        sat AS dram_sat_pct, extra_bytes / nullif(bytes_alone, 0) AS extra_bytes_frac, footprint,
        sm_lo, sm_pt, sm_hi,
        dram_lo, least(dram_hi, greatest(dram_lo, dram_raw)) AS dram_pt, dram_hi,
-       CASE WHEN cache_measured THEN greatest(0, 0.95 * c_dram * dur_ns - bytes_alone) * r_v
+       CASE WHEN cache_measured THEN greatest(0, 0.95 * c_dram * dur_ns - bytes_alone_max) * r_v
                                      / (r_v + coalesce(r_c, 0)) / (r_v * t0_ns)
             ELSE 0 END AS cache_lo,
        CASE WHEN cache_measured THEN extra_bytes * r_v / (r_v + coalesce(r_c, 0)) / (r_v * t0_ns)
@@ -131,10 +144,11 @@ SELECT run_id, device_id, activity_id, group_id, dur_ns / t0_ns - 1 AS observed,
             WHEN cache_profiled THEN f * (1 / (1 - l2_hit_pct / 100) - 1)
             ELSE 0 END AS cache_hi,
        -- the share of its time a victim waits on DRAM (its isolated rate over saturation) does not scale with clock
-       CASE WHEN memory_bound THEN least(0, clock_e)
+       -- collectives and copies wait on links and memory, whose speed does not follow the SM clock
+       CASE WHEN memory_bound OR activity_class <> 'compute' THEN least(0, clock_e)
             ELSE least(clock_e, clock_e * (1 - coalesce(least(r_v / sat, 1), 0))) END AS clock_lo,
-       CASE WHEN memory_bound THEN 0 ELSE clock_e END AS clock_pt,
-       CASE WHEN memory_bound THEN greatest(0, clock_e)
+       CASE WHEN memory_bound OR activity_class <> 'compute' THEN 0 ELSE clock_e END AS clock_pt,
+       CASE WHEN memory_bound OR activity_class <> 'compute' THEN greatest(0, clock_e)
             ELSE greatest(clock_e, clock_e * (1 - coalesce(least(r_v / sat, 1), 0))) END AS clock_hi,
        0.0 AS link_lo,
        CASE WHEN activity_class = 'comm' THEN comm_fraction / 2 ELSE 0 END AS link_pt,
