@@ -31,8 +31,10 @@ EXPECTED = {
     # a tensor-core GEMM beside a copy: DRAM stays far from saturation, so no DRAM blame; it loses what its clock
     # loses where the clock fell while the copy ran (H200), else a few percent no model predicts (H100)
     ("gemm_copy", "kernel"): "clock|unexplained|none",
-    # a copy engine beside SM-heavy work loses more than DRAM sharing predicts: no model covers that arbitration
-    ("gemm_copy", "memcpy"): "unexplained",
+    # a copy engine beside SM-heavy work gets less of DRAM than sharing predicts: DRAM is the only resource they
+    # share, but the device rate stays under saturation (68% of it on the H100: within the DRAM bound that gives the
+    # victim what the co-runner leaves; 52% on the H200: below dram_busy_frac, so no model applies)
+    ("gemm_copy", "memcpy"): "dram_bw|unexplained",
     ("stream_triad_copy", "kernel"): "none",       # the stream kernel keeps its bandwidth...
     ("stream_triad_copy", "memcpy"): "dram_bw",    # ...and the copy, at saturated DRAM, is the victim
     ("sweep_update_sweep_update", "kernel"): "dram_bw",  # two half-SM streams: DRAM bandwidth, no SM loss

@@ -138,8 +138,8 @@ class Bench:
         self.gpu_name = props.name
         self.sms = S = props.multi_processor_count
         self.l2_bytes = int(getattr(props, "L2_cache_size", 0) or rt.get("l2CacheSize", 0))
-        smem_sm = int(rt.get("sharedMemPerMultiprocessor", 0) or getattr(props, "shared_memory_per_multiprocessor"))
-        optin = int(rt.get("sharedMemPerBlockOptin", 0) or getattr(props, "shared_memory_per_block_optin"))
+        smem_sm = int(rt.get("sharedMemPerMultiprocessor", 0) or props.shared_memory_per_multiprocessor)
+        optin = int(rt.get("sharedMemPerBlockOptin", 0) or props.shared_memory_per_block_optin)
         reserved = int(rt.get("reservedSharedMemPerBlock", 1024))
         kib = 1024
         # busy_wait / sweeps: > half the SM's shared memory, so one CTA per SM, and little left beside it.

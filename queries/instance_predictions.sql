@@ -114,8 +114,9 @@ WITH pool AS (
         CASE WHEN dram_busy AND r_v IS NOT NULL AND r_c IS NOT NULL
              THEN f * greatest(0, (r_v + r_c) / sat - 1) ELSE 0 END AS dram_lo,
         CASE WHEN dram_busy AND r_v IS NOT NULL AND r_c IS NOT NULL
-             -- the victim gets at least a twentieth of saturation: keeps the bound finite
-             THEN f * greatest(0, (r_v + r_c) / sat - 1, r_v / greatest(sat - r_c, 0.05 * sat) - 1) ELSE 0 END
+             -- the victim gets what the co-runners leave of the rate measured (at least a twentieth of saturation)
+             THEN f * greatest(0, (r_v + r_c) / sat - 1,
+                               r_v / greatest(coalesce(least(c_dram, sat), sat) - r_c, 0.05 * sat) - 1) ELSE 0 END
             AS dram_hi,
         CASE WHEN dram_busy AND r_v IS NOT NULL AND r_c IS NOT NULL
              THEN f * greatest(0, (r_v + r_c) / coalesce(least(c_dram, sat), sat) - 1) ELSE 0 END AS dram_raw,
@@ -125,7 +126,8 @@ WITH pool AS (
             AND coalesce(sm_tput, 0) = 0 AND coalesce(sm_wave, 0) = 0 AS cache_measured,
         c_dram IS NULL AND l2_hit_pct IS NOT NULL AND working_set_bytes <= l2_bytes
             AND working_set_bytes + co_working_set_bytes > l2_bytes AS cache_profiled,
-        CASE WHEN clock > 0 AND clock_iso > 0 THEN clock_iso / clock - 1 END AS clock_e
+        -- without clock samples there is no clock evidence: no clock effect
+        CASE WHEN clock > 0 AND clock_iso > 0 THEN clock_iso / clock - 1 ELSE 0 END AS clock_e
     FROM sm
 )
 SELECT run_id, device_id, activity_id, group_id, dur_ns / t0_ns - 1 AS observed, f, held AS held_sms,
@@ -133,8 +135,10 @@ SELECT run_id, device_id, activity_id, group_id, dur_ns / t0_ns - 1 AS observed,
        sat AS dram_sat_pct, extra_bytes / nullif(bytes_alone, 0) AS extra_bytes_frac, footprint,
        sm_lo, sm_pt, sm_hi,
        dram_lo, least(dram_hi, greatest(dram_lo, dram_raw)) AS dram_pt, dram_hi,
+       -- the victim's extra bytes cost at most their time at its own alone rate, at least at the best rate the
+       -- co-runners leave it
        CASE WHEN cache_measured THEN greatest(0, 0.95 * c_dram * dur_ns - bytes_alone_max) * r_v
-                                     / (r_v + coalesce(r_c, 0)) / (r_v * t0_ns)
+                                     / (r_v + coalesce(r_c, 0)) / (greatest(r_v, sat - coalesce(r_c, 0)) * t0_ns)
             ELSE 0 END AS cache_lo,
        CASE WHEN cache_measured THEN extra_bytes * r_v / (r_v + coalesce(r_c, 0)) / (r_v * t0_ns)
             WHEN cache_profiled THEN f * (1 / (1 - l2_hit_pct / 100) - 1) / 2
@@ -150,7 +154,7 @@ SELECT run_id, device_id, activity_id, group_id, dur_ns / t0_ns - 1 AS observed,
        CASE WHEN memory_bound OR activity_class <> 'compute' THEN 0 ELSE clock_e END AS clock_pt,
        CASE WHEN memory_bound OR activity_class <> 'compute' THEN greatest(0, clock_e)
             ELSE greatest(clock_e, clock_e * (1 - coalesce(least(r_v / sat, 1), 0))) END AS clock_hi,
-       0.0 AS link_lo,
+       0.0::DOUBLE AS link_lo,
        CASE WHEN activity_class = 'comm' THEN comm_fraction / 2 ELSE 0 END AS link_pt,
        CASE WHEN activity_class = 'comm' THEN comm_fraction ELSE 0 END AS link_hi,
        coalesce(clock_e > 0 AND power_w > power_iso, false) AS clock_power,

@@ -30,7 +30,7 @@
 --   t1_ns                DOUBLE   overlapped instances, median (ns)
 --   t1_lo_ns             DOUBLE   its 95% interval, lower bound (ns)
 --   t1_hi_ns             DOUBLE   its 95% interval, upper bound (ns)
---   sum_t1_ns            HUGEINT  total duration of the overlapped instances (ns)
+--   sum_t1_ns            BIGINT   total duration of the overlapped instances (ns)
 --   sum_t0_ns            DOUBLE   total baseline duration of the overlapped instances (ns)
 --   slowdown             DOUBLE   t1/t0 - 1 (or the median per-instance ratio - 1 under a drifting baseline)
 --   slowdown_lo          DOUBLE   its 95% interval (bootstrap), lower bound

@@ -30,7 +30,7 @@
 --   t1_ns               DOUBLE   median duration of the overlapped instances (ns)
 --   t1_lo_ns            DOUBLE   its 95% interval, lower bound (ns)
 --   t1_hi_ns            DOUBLE   its 95% interval, upper bound (ns)
---   sum_t1_ns           HUGEINT  total duration of the overlapped instances (ns)
+--   sum_t1_ns           BIGINT   total duration of the overlapped instances (ns)
 --   sum_t0_ns           DOUBLE   total baseline duration of the overlapped instances (ns)
 --   slowdown            DOUBLE   t1/t0 - 1 (or the median per-instance ratio under a drifting baseline)
 --   slowdown_lo         DOUBLE   its 95% interval, lower bound
@@ -74,7 +74,7 @@ WITH inst AS (
            any_value(short_name) AS short_name, any_value(grid) AS grid, any_value(block) AS block,
            any_value(dynamic_smem_bytes) AS dynamic_smem_bytes, any_value(bytes) AS bytes, any_value(ctas) AS ctas,
            any_value(sm_count) AS sm_count, any_value(launch_occupancy) AS occupancy,
-           sum(dur_ns) FILTER (ovl)::HUGEINT AS sum_t1_ns,
+           sum(dur_ns) FILTER (ovl)::BIGINT AS sum_t1_ns,
            sum(t0_inst) FILTER (ovl) AS sum_t0_ns,
            sum(overlap_ns) FILTER (ovl) / sum(dur_ns) FILTER (ovl) AS overlap_fraction,
            sum(comm_overlap_ns) FILTER (ovl) / sum(dur_ns) FILTER (ovl) AS comm_fraction,

@@ -53,9 +53,6 @@ def _beside_comm(name: str, start: int, dur: int, comm_ctas: int = 20, margin: i
             [dict(kind="comm", ctas=comm_ctas, start_ns=start - margin, end_ns=start + dur + margin)])
 
 
-def _part(s: float, e: float) -> float:
-    """A factor's part of the slowdown s when it alone explains t1/t0 growing by (1+e): s·ln(1+e)/ln(1+s)."""
-    return s * math.log1p(e) / math.log1p(s)
 
 
 # -- the fully overlapped signature: t0, t1, s, f, SM share, SM model --------------------------------
@@ -88,15 +85,17 @@ def test_fully_overlapped_signature(result_a):
     assert a["corunner_kind"] == "comm"
     assert a["corunner_sms"] == approx(20)
     assert a["sm_share"] == approx(0.2) and a["comm_sm_share"] == approx(0.2)
-    # many waves: S/(S-N) - 1 = 100/80 - 1
+    # many waves: S/(S-N) - 1 = 100/80 - 1 (throughput) .. ceil(8000/1280)/ceil(8000/1600) - 1 = 7/5 - 1 (waves)
     assert a["occupancy"] == 16
     assert a["sm_predicted"] == approx(0.25)
+    assert a["explained_interval"]["sm"] == [approx(0.25), approx(0.4)]
     assert a["significant"] is True
-    assert a["explained"]["sm"] == approx(_part(0.5, 0.25))
+    # no sink: the SM model predicts 0.25 [0.25, 0.4]; the rest of the observed 0.5 stays residual
+    assert a["explained"]["sm"] == approx(0.25) and a["predicted"] == approx(0.25)
     assert all(a["explained"][f] == 0 for f in FACTORS if f != "sm")
-    assert a["residual"] == approx(0.5 - _part(0.5, 0.25))
-    assert a["class"] == "sm"  # the SM part (0.275) is at least half of s
-    assert "no GPU metrics" in a["reason"]
+    assert a["residual"] == approx(0.25)
+    assert a["agreement"] == "under" and a["class"] == "unexplained"
+    assert "+25.0% [+25.0%, +40.0%]" in a["reason"] and "no GPU metrics" in a["reason"]
 
 
 def test_fully_overlapped_device_summary(result_a):
@@ -207,12 +206,16 @@ def test_compute_slowdown_is_ratio_of_sums(tmp_path):
 
 # -- the SM wave model -----------------------------------------------------------------------------
 
+# ctas -> (low, point, high) of the SM model with 20 of 100 SMs held, occupancy 1: the bracket between the
+# throughput form S/(S-N) - 1 and the wave form ceil(B/(S-N))/ceil(B/S) - 1; the point is the wave form for a
+# partial wave and the throughput form otherwise
+T = 100 / 80 - 1
 WAVE_CASES = {
-    100: 100 / 80 - 1,  # persistent (one full wave at occupancy 1): S/(S-N) - 1
-    50: 0.0,  # fits in the 80 free SMs
-    85: math.ceil(85 / 80) / math.ceil(85 / 100) - 1,  # under one wave but not fitting: 2 waves instead of 1
-    250: math.ceil(250 / 80) / math.ceil(250 / 100) - 1,  # a few waves: 4 instead of 3
-    1000: 100 / 80 - 1,  # many waves
+    100: (T, T, math.ceil(100 / 80) / 1 - 1),  # persistent, one full wave: 2 waves on 80 SMs at worst
+    50: (0.0, 0.0, 0.0),  # fits in the 80 free SMs
+    85: (T, 1.0, 1.0),  # under one wave but not fitting: 2 waves instead of 1
+    250: (T, T, math.ceil(250 / 80) / math.ceil(250 / 100) - 1),  # a few waves: 4 instead of 3
+    1000: (T, T, math.ceil(1000 / 80) / math.ceil(1000 / 100) - 1),  # many waves
 }
 
 
@@ -235,18 +238,22 @@ def test_sm_wave_model(wave_rows, ctas, expected):
     assert a["occupancy"] == 1
     assert a["corunner_sms"] == approx(20)
     assert a["slowdown"] == approx(0.3)
-    assert a["sm_predicted"] == approx(expected)
-    # SM is scaled down to what the slowdown leaves when it over-explains it
-    assert a["explained"]["sm"] == approx(_part(0.3, min(expected, 0.3)) if expected else 0.0)
+    lo, point, hi = expected
+    assert a["sm_predicted"] == approx(point)
+    assert a["explained_interval"]["sm"] == [approx(lo), approx(hi)]
+    assert a["explained"]["sm"] == approx(point) and a["residual"] == approx(0.3 - point)
+    # the class needs the observed slowdown inside the prediction's interval
+    assert a["class"] == ("sm" if lo <= 0.3 <= hi else "unexplained")
 
 
 def test_corunners_holding_every_sm(tmp_path):
-    """Co-runners holding all SMs: the SM model has no answer (NULL), and blames nothing."""
+    """Co-runners on every SM: the victim's CTAs run beside theirs and share issue slots, from no loss to 2x."""
     kernels = _isolated("victim", (0, 2000), 1000, ctas=100, **ONE_PER_SM)
     k, c = _beside_comm("victim", 10_000, 1300, comm_ctas=100, ctas=100, **ONE_PER_SM)
     a = _by_name(_attr(tmp_path, kernels=kernels + k + c))["victim"]
     assert a["corunner_sms"] == approx(100) and a["sm_share"] == approx(1.0)
-    assert a["sm_predicted"] is None and a["explained"]["sm"] == 0
+    assert a["sm_predicted"] == approx(0.5) and a["explained_interval"]["sm"] == [0, approx(1.0)]
+    assert a["class"] == "sm"
 
 
 def test_comm_sm_share_caps_at_sm_count_at_each_instant(tmp_path):
@@ -352,8 +359,8 @@ READ, WRITE = "DRAM Read Bandwidth [Throughput %]", "DRAM Write Bandwidth [Throu
 CLOCK, NVLINK = "GPC Clock Frequency [MHz]", "NVLink TX Requests User Data [Throughput %]"
 
 
-def test_clock_factor_first(tmp_path):
-    """A lower clock under overlap explains f0/f1 - 1 before anything else."""
+def test_clock_factor(tmp_path):
+    """A lower clock under overlap predicts f0/f1 - 1 for a kernel that does not wait on DRAM."""
     kernels = _isolated("victim", (0, 2000, 4000), 1000, ctas=100, **ONE_PER_SM)
     kernels.append(dict(name="victim", start_ns=10_000, end_ns=11_200, ctas=100, **ONE_PER_SM))
     memcpy = [dict(start_ns=9_900, end_ns=11_300)]  # a copy: no SMs
@@ -363,6 +370,8 @@ def test_clock_factor_first(tmp_path):
     assert a["gpc_clock_mhz_iso"] == approx(1980) and a["gpc_clock_mhz_ovl"] == approx(1650)
     assert a["slowdown"] == approx(0.2)
     assert a["explained"]["clock"] == approx(0.2)  # 1980/1650 - 1 = 0.2 explains all of it
+    # the share of its time it waits on DRAM (20% alone over a saturation of 88%) may not slow with the clock
+    assert a["explained_interval"]["clock"] == [approx(0.2 * (1 - 20 / 88)), approx(0.2)]
     assert a["residual"] == approx(0, abs=1e-9)
     assert a["class"] == "clock" and a["reason"] is None
 
@@ -387,46 +396,78 @@ def test_dram_bandwidth_factor(tmp_path):
 
 
 def test_dram_saturation_alone(tmp_path):
-    """Without DRAM traffic on both sides (the co-runner moves < 10% of peak alone), only the demand over 90%
-    of peak counts: 96% + 9% = 105%, e_dram = 105/90 - 1; the rest of s stays residual."""
+    """A victim that saturates DRAM alone (96%, the highest sustained rate: the device's saturation) beside a copy
+    moving 9%: proportional sharing predicts (96 + 9)/96 - 1; getting only what the copy leaves of the 87.5% measured
+    during the overlap predicts 96/(87.5 - 9) - 1; the demand over the measured rate, 105/87.5 - 1 = 0.2, lies
+    between."""
     kernels = _isolated("add", (0, 2000, 4000), 1000, ctas=100, **ONE_PER_SM)
     kernels.append(dict(name="add", start_ns=10_000, end_ns=11_200, ctas=100, **ONE_PER_SM))
     memcpy = [dict(start_ns=9_900, end_ns=11_300, bytes=int(0.09 * 4.8e12 * 1400e-9 / 2))]  # 9% of peak
     metrics = _metric_windows([(s, s + 1000, {READ: 96}) for s in (0, 2000, 4000)]
                               + [(10_000, 11_200, {READ: 105 * 1000 / 1200})])  # no extra bytes
     a = _by_name(_attr(tmp_path, kernels=kernels, memcpy=memcpy, gpu_metrics=metrics))["add"]
-    assert a["co_dram_pct"] == approx(9, rel=1e-3)
-    e_dram = (96 + 9) / 90 - 1
-    assert a["explained"]["dram_bw"] == approx(_part(0.2, e_dram), rel=1e-3)
-    assert a["explained"]["cache"] == 0 and a["explained"]["link"] == 0
-    assert a["residual"] == approx(0.2 - a["explained"]["dram_bw"])
-    assert a["class"] == "dram_bw"  # 0.169 of 0.2
+    assert a["co_dram_pct"] == approx(9, rel=1e-3) and a["dram_sat_pct"] == approx(96)
+    assert a["explained_interval"]["dram_bw"] == [approx((96 + 9) / 96 - 1, rel=1e-3),
+                                                  approx(96 / (87.5 - 9) - 1, rel=1e-3)]
+    assert a["explained"]["dram_bw"] == approx(0.2, rel=1e-3)
+    assert a["explained"]["cache"] == 0 and a["explained"]["link"] == 0 and a["explained"]["sm"] == 0
+    assert a["residual"] == approx(0, abs=1e-3)
+    assert a["memory_bound"] is True and a["class"] == "dram_bw"
 
 
-def test_cache_factor(tmp_path):
-    """Two half-SM kernels: alone the victim barely touches DRAM (10%); paired, DRAM traffic appears (40%)
-    though demand stays under 90%: L2 interference. The co-runner holds the other half of the SMs, which
-    the SM model must not blame."""
+def _half_pair(corunner_alone_pct: float):
+    """Two half-SM kernels: alone the victim moves 10% of DRAM peak and the co-runner ``corunner_alone_pct``;
+    paired (the victim 2000 ns instead of 1000), the device moves 40%."""
     kernels = _isolated("half", (0, 2000, 4000), 1000, ctas=50, **ONE_PER_SM)
+    kernels += _isolated("other_half", (6000, 8000), 1000, ctas=50, **ONE_PER_SM)
     kernels += [dict(name="half", start_ns=10_000, end_ns=12_000, ctas=50, **ONE_PER_SM),
                 dict(name="other_half", start_ns=9_900, end_ns=12_100, ctas=50, **ONE_PER_SM)]
     metrics = _metric_windows([(s, s + 1000, {READ: 10}) for s in (0, 2000, 4000)]
+                              + [(s, s + 1000, {READ: corunner_alone_pct}) for s in (6000, 8000)]
                               + [(10_000, 12_000, {READ: 40})])
+    return kernels, metrics
+
+
+def test_cache_factor(tmp_path):
+    """The pair moves 40% x 2000 where the two alone would move 10% x 1000 + 10% x 1000: the victim's half of the
+    extra 60000 costs 3x its own bytes at its own rate, 30000/(88 - 10)/1000 at the best rate the co-runner leaves:
+    cache interference, between. The co-runner holds the other half of the SMs, which the SM model must not
+    blame."""
+    kernels, metrics = _half_pair(10)
     a = _by_name(_attr(tmp_path, kernels=kernels, gpu_metrics=metrics))["half"]
     assert a["corunner_kind"] == "compute" and a["corunner_sms"] == approx(50)
     assert a["sm_predicted"] == 0 and a["explained"]["sm"] == 0
-    assert a["explained"]["cache"] == approx(1.0) and a["class"] == "cache"
+    assert a["footprint"] is True and a["cache_evidence"] == "dram_bytes"
+    # point (40 x 2000 - 20000)/2/10000 = 3; low: co-runner not stretched (it moved 10% x 2000), at 88 - 10;
+    # high: 5% more measured traffic, at the victim's own rate
+    assert a["explained_interval"]["cache"] == [approx((0.95 * 80_000 - 30_000) / 2 / 78_000),
+                                                approx((1.05 * 80_000 - 20_000) / 2 / 10_000)]
+    assert a["explained"]["cache"] == approx(3.0) and a["agreement"] == "agrees"
+    assert a["slowdown"] == approx(1.0) and a["class"] == "cache"
+
+
+def test_no_cache_without_a_corunner_footprint(tmp_path):
+    """The same extra traffic beside a co-runner that moves nothing alone (an SM-holding spin kernel) is not
+    cache interference: nothing predicts the loss."""
+    kernels, metrics = _half_pair(0.5)
+    a = _by_name(_attr(tmp_path, kernels=kernels, gpu_metrics=metrics))["half"]
+    assert a["footprint"] is False and a["cache_evidence"] is None and a["explained"]["cache"] == 0
+    assert a["class"] == "unexplained"
 
 
 def test_link_factor(tmp_path):
-    kernels = _isolated("victim", (0, 2000, 4000), 1000, ctas=100, **ONE_PER_SM)
-    kernels.append(dict(name="victim", start_ns=10_000, end_ns=11_250, ctas=100, **ONE_PER_SM))
-    memcpy = [dict(is_peer=True, start_ns=9_900, end_ns=11_350, bytes=100_000)]  # ~1.4% of DRAM peak
-    metrics = _metric_windows([(s, s + 1000, {READ: 20, NVLINK: 0}) for s in (0, 2000, 4000)]
-                              + [(10_000, 11_250, {READ: 16, NVLINK: 60})])  # the victim's bytes over t1
-    a = _by_name(_attr(tmp_path, kernels=kernels, memcpy=memcpy, gpu_metrics=metrics))["victim"]
-    assert a["nvlink_pct_ovl"] == approx(60)
-    assert a["explained"]["link"] == approx(0.25) and a["class"] == "link"
+    """A peer copy beside another peer copy shares the link: up to twice as long while they overlap."""
+    memcpy = [dict(is_peer=True, start_ns=s, end_ns=s + 1000, bytes=100_000) for s in (0, 2000, 4000)]
+    memcpy += [dict(is_peer=True, start_ns=10_000, end_ns=11_300, bytes=100_000),
+               dict(is_peer=True, start_ns=9_900, end_ns=11_400, bytes=50_000, stream_id=9)]
+    metrics = _metric_windows([(s, s + 1000, {READ: 2, NVLINK: 30}) for s in (0, 2000, 4000)]
+                              + [(10_000, 11_300, {READ: 2, NVLINK: 60})])
+    far = [dict(name="elsewhere", start_ns=50_000, end_ns=51_000)]  # a trace needs kernels
+    rows = _attr(tmp_path, kernels=far, memcpy=memcpy, gpu_metrics=metrics).to_json()["kernels"]
+    [a] = [r for r in rows if r["bytes"] == 100_000]
+    assert a["kind"] == "comm" and a["nvlink_pct_ovl"] == approx(60) and a["comm_fraction"] == approx(1.0)
+    assert a["explained_interval"]["link"] == [0, approx(1.0)] and a["explained"]["link"] == approx(0.5)
+    assert a["slowdown"] == approx(0.3) and a["class"] == "link"
 
 
 # -- the JSON contract ---------------------------------------------------------------------------------
@@ -442,7 +483,9 @@ KERNEL_KEYS = {"run_id", "device_id", "nvtx", "group_id", "activity", "kind", "b
                "overlap_fraction", "comm_fraction", "sm_share", "comm_sm_share", "corunner_kind", "corunner_sms",
                "occupancy", "sm_predicted", "explained", "residual", "class", "significant", "reason",
                "dram_pct_iso", "dram_pct_ovl", "gpc_clock_mhz_iso", "gpc_clock_mhz_ovl", "sm_active_pct_iso",
-               "sm_active_pct_ovl", "nvlink_pct_ovl", "pcie_pct_ovl", "co_dram_pct",
+               "sm_active_pct_ovl", "nvlink_pct_ovl", "pcie_pct_ovl", "co_dram_pct", "sum_t1_ns", "sum_t0_ns",
+               "predicted", "predicted_lo", "predicted_hi", "agreement", "dram_sat_pct", "dram_busy", "memory_bound",
+               "extra_bytes_frac", "footprint", "clock_power",
                # Nsight Compute witnesses (tests/test_attribute_ncu.py)
                "occupancy_source", "launch_occupancy", "ncu_match", "ncu_ctas_per_sm", "ncu_dram_pct", "ncu_l2_hit_pct",
                "ncu_working_set_bytes", "co_working_set_bytes", "l2_bytes", "cache_evidence"}
@@ -451,7 +494,8 @@ KERNEL_KEYS = {"run_id", "device_id", "nvtx", "group_id", "activity", "kind", "b
 def test_json_contract(result_a):
     doc = result_a.to_json()
     json.dumps(doc)  # plain JSON types only
-    assert set(doc) == {"schema_version", "runs", "summary", "kernels", "notes"}
+    assert set(doc) == {"schema_version", "runs", "summary", "kernels", "notes", "verdicts"}
+    assert [v["device_id"] for v in doc["verdicts"]] == [0] and "saved" in doc["verdicts"][0]["text"]
     assert doc["schema_version"] == 2
     assert set(doc["runs"][0]) == {"run_id", "source_path", "format", "tool_version", "gpu_names"}
     assert all(set(r) == SUMMARY_KEYS for r in doc["summary"])
@@ -555,7 +599,7 @@ def test_cli_json(store_a):
     assert rc == 0, err
     doc = json.loads(out)
     assert doc["schema_version"] == 2 and doc["kernels"][0]["name"] == "gemm_A"
-    assert doc["kernels"][0]["class"] == "sm"
+    assert doc["kernels"][0]["class"] == "unexplained"  # SM predicts 0.25 [0.25, 0.4] of the observed 0.5
 
 
 def test_cli_table_and_csv(store_a, tmp_path):

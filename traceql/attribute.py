@@ -22,6 +22,7 @@ import pyarrow as pa
 from . import analysis, store
 from .baselines import External
 from .errors import BadInputError, MissingInputError, TraceqlError, UsageError
+from .verdict import verdicts
 
 # 2: every activity is a row (activity, kind), slowdowns carry intervals, significance is the interval's
 JSON_SCHEMA_VERSION = 2
@@ -35,6 +36,7 @@ class Attribution:
     summary: pa.Table
     kernels: pa.Table
     notes: list[str] = field(default_factory=list)
+    verdicts: list[dict] = field(default_factory=list)
 
     def to_json(self) -> dict:
         rows = []
@@ -51,6 +53,8 @@ class Attribution:
             "summary": [{k: _num(v) for k, v in r.items()} for r in self.summary.to_pylist()],
             "kernels": rows,
             "notes": self.notes,
+            "verdicts": [{k: ({c: _num(x) for c, x in v.items()} if isinstance(v, dict) else _num(v))
+                          for k, v in d.items()} for d in self.verdicts],
         }
 
 
@@ -89,7 +93,7 @@ def _as_store(inputs: list[Path], workdir: Path) -> list[Path]:
 
 
 KERNEL_COLUMNS = """run_id, device_id, nvtx, group_id, activity, kind, name, short_name, grid, block,
-    dynamic_smem_bytes, bytes,
+    dynamic_smem_bytes, bytes, sum_t1_ns, sum_t0_ns,
     mode, split, n, n_overlapped, n_isolated, baseline, t0_ns, t0_lo_ns, t0_hi_ns, t0_spread, t1_ns, t1_lo_ns,
     t1_hi_ns, slowdown, slowdown_lo, slowdown_hi, significant, baseline_drift, conflated, in_overlap_slowdown,
     overlap_fraction, comm_fraction, sm_share, comm_sm_share, corunner_kind, corunner_sms, occupancy,
@@ -161,7 +165,7 @@ def attribute(inputs: list[str | Path] | str | Path, *, baseline: str | Path | N
             .to_arrow_table()
         runs = con.sql("SELECT run_id, source_path, format, tool_version, gpu_names FROM runs ORDER BY run_id") \
             .to_arrow_table()
-        return Attribution(runs, summary, kernels, notes)
+        return Attribution(runs, summary, kernels, notes, verdicts(summary, kernels))
     finally:
         if tmp is not None:
             tmp.cleanup()

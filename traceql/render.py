@@ -39,6 +39,10 @@ def render_attribution(result, fmt: str, limit: int = 25) -> str:
 
     buf = io.StringIO()
     console = Console(file=buf, width=220, color_system=None)
+    for v in result.verdicts:
+        console.print(v["text"], markup=False)
+    if result.verdicts:
+        console.print("", markup=False)
     summary = Table(title="per device (compute = non-communication kernels)", title_justify="left")
     for col in ("run", "device", "compute ms", "comm ms", "overlap ms", "exposed comm ms", "hidden comm",
                 "overlap frac", "compute slowdown", "kernels overlapped"):
