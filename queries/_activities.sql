@@ -27,7 +27,6 @@
 --                                compute (every other kernel), copy (other copies, sets)
 --   sm_held             BIGINT   SMs the activity occupies: min(SM count, CTAs) for kernels, 0 for copy engines
 --   launch_occupancy    BIGINT   CTAs per SM the launch configuration and the device's limits allow (kernels)
---   cluster_ctas        BIGINT   CTAs per thread-block cluster, from a cuBLAS nvjet name's cluster shape, else 1
 --   sig                 UBIGINT  signature hash: the same work has the same sig
 WITH acts AS (
     SELECT k.run_id, k.device_id, 'kernel' AS activity, k.global_pid, k.correlation_id, k.stream_id, k.start_ns,
@@ -43,21 +42,17 @@ WITH acts AS (
                CASE WHEN k.regs_per_thread > 0 THEN coalesce(d.max_regs_per_sm, 65536)
                     // (k.regs_per_thread * 32 * ceil(k.threads_per_block / 32.0))::BIGINT END,
                CASE WHEN k.dynamic_smem_bytes + k.static_smem_bytes > 0 THEN coalesce(d.max_smem_per_sm_bytes, 233472)
-                    // (k.dynamic_smem_bytes + k.static_smem_bytes) END))::BIGINT AS launch_occupancy,
-           -- nvjet_<arch>_<kind>_<tile MxN>_<tile K x stages>_<cluster AxB>_...: a cluster runs on A*B SMs at once
-           coalesce(try_cast(regexp_extract(k.name, '^nvjet_[a-z0-9]+_[a-z]+_\d+x\d+_\d+x\d+_(\d+)x\d+_', 1) AS BIGINT)
-                    * try_cast(regexp_extract(k.name, '^nvjet_[a-z0-9]+_[a-z]+_\d+x\d+_\d+x\d+_\d+x(\d+)_', 1) AS BIGINT),
-                    1) AS cluster_ctas
+                    // (k.dynamic_smem_bytes + k.static_smem_bytes) END))::BIGINT AS launch_occupancy
     FROM kernels k LEFT JOIN devices d USING (run_id, device_id)
     UNION ALL
     SELECT run_id, device_id, 'memcpy', global_pid, correlation_id, stream_id, start_ns, end_ns, dur_ns,
            '[CUDA memcpy ' || coalesce(copy_kind, '?') || ']', '[CUDA memcpy ' || coalesce(copy_kind, '?') || ']',
            NULL, NULL, NULL, bytes, NULL, NULL, NULL, NULL, CASE WHEN is_peer THEN 'comm' ELSE 'copy' END,
-           CASE WHEN is_peer THEN 'comm' ELSE 'copy' END, 0, NULL, 1
+           CASE WHEN is_peer THEN 'comm' ELSE 'copy' END, 0, NULL
     FROM memcpy
     UNION ALL
     SELECT run_id, device_id, 'memset', global_pid, correlation_id, stream_id, start_ns, end_ns, dur_ns,
-           '[CUDA memset]', '[CUDA memset]', NULL, NULL, NULL, bytes, NULL, NULL, NULL, NULL, 'copy', 'copy', 0, NULL, 1
+           '[CUDA memset]', '[CUDA memset]', NULL, NULL, NULL, bytes, NULL, NULL, NULL, NULL, 'copy', 'copy', 0, NULL
     FROM memset
 )
 SELECT run_id, device_id,
@@ -65,5 +60,5 @@ SELECT run_id, device_id,
                           correlation_id, name) AS activity_id,
        activity, global_pid, correlation_id, stream_id, start_ns, end_ns, dur_ns, name, short_name, grid, block,
        dynamic_smem_bytes, bytes, ctas, threads_per_block, regs_per_thread, static_smem_bytes, kind, corunner_kind,
-       sm_held, launch_occupancy, cluster_ctas, hash(activity, name, grid, block, dynamic_smem_bytes, bytes) AS sig
+       sm_held, launch_occupancy, hash(activity, name, grid, block, dynamic_smem_bytes, bytes) AS sig
 FROM acts

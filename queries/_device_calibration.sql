@@ -1,5 +1,5 @@
 -- _device_calibration: per device, the limits the trace itself shows. DRAM saturation is the highest sustained
--- rate seen: the largest median DRAM rate over the instances of a signature group (isolated or overlapped) that
+-- rate seen: the largest median DRAM rate over the instances of a baseline pool (isolated or overlapped) that
 -- each span 5 or more metric samples, never below _thresholds.dram_sat_floor_pct. The DRAM rate per SM is the
 -- largest median of isolated instances divided by the SMs the signature's CTAs occupy: what one SM can pull, for
 -- the roofline of bandwidth-bound kernels.
@@ -10,7 +10,8 @@
 --   dram_sat_pct       DOUBLE   DRAM saturation (% of peak)
 --   dram_per_sm_pct    DOUBLE   highest isolated DRAM rate per occupied SM (% of peak per SM)
 WITH grouped AS (
-    SELECT i.run_id, i.device_id, b.group_id, i.overlap_ns = 0 AS alone, median(i.dram_pct) AS dram_pct,
+    -- by baseline pool, not NVTX group: the calibration must not depend on how rows are grouped
+    SELECT i.run_id, i.device_id, b.pool_id, i.overlap_ns = 0 AS alone, median(i.dram_pct) AS dram_pct,
            any_value(least(coalesce(i.sm_count, i.ctas), i.ctas)) AS sms_used, any_value(i.activity) AS activity
     FROM instance_facts i JOIN _instance_baselines b USING (run_id, activity_id)
     WHERE i.samples >= 5 AND i.dram_pct IS NOT NULL

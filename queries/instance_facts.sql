@@ -23,7 +23,6 @@
 --   regs_per_thread     INTEGER  registers per thread (kernels)
 --   static_smem_bytes   BIGINT   static shared memory (bytes; kernels)
 --   launch_occupancy    BIGINT   CTAs per SM the launch configuration allows (kernels)
---   cluster_ctas        BIGINT   CTAs per thread-block cluster (1 unless the name carries a cluster shape)
 --   sig                 UBIGINT  signature hash (_activities)
 --   step_start_ns       BIGINT   start of the innermost NVTX range around the launch (ns; NULL outside ranges)
 --   step_text           VARCHAR  that range's text
@@ -58,7 +57,7 @@ WITH facts AS (
     SELECT a.run_id, a.device_id, a.activity_id, a.activity, a.kind, a.corunner_kind AS activity_class,
            a.global_pid, a.correlation_id, a.stream_id, g.nvtx, a.name, a.short_name, a.grid, a.block,
            a.dynamic_smem_bytes, a.bytes, a.ctas, a.threads_per_block, a.regs_per_thread, a.static_smem_bytes,
-           a.launch_occupancy, a.cluster_ctas, a.sig,
+           a.launch_occupancy, a.sig,
            c.step_start_ns, c.step_text, c.occurrence, a.start_ns, a.end_ns, a.dur_ns, o.comm_overlap_ns, o.compute_overlap_ns,
            o.copy_overlap_ns, o.overlap_ns,
            CASE WHEN a.dur_ns > 0 THEN o.overlap_ns / a.dur_ns END AS overlap_fraction,

@@ -2,11 +2,12 @@
 -- predicts for its slowdown, as an interval [lo, hi] and a point, in units of the instance's own slowdown
 -- (t/t0 - 1). A model predicts from what the co-runners demand and what the device shows it can supply; none of
 -- them takes "what is left" of the observed slowdown. Thresholds: _thresholds; device limits: _device_calibration.
--- SM: the co-runners' SMs (their CTAs, capped at the SM count), whole thread-block clusters only; the bracket
+-- SM: the co-runners' SMs (their CTAs, capped at the SM count); the bracket
 --     between the throughput form S/(S-N) - 1 and the wave form ceil(B/(occ(S-N)))/ceil(B/(occ S)) - 1, no loss
 --     when the CTAs fit in the free SMs; for a bandwidth-bound victim a roofline: loss only when the free SMs,
 --     at the best per-SM DRAM rate the trace shows (+-10%), cannot pull the victim's isolated rate. When the
---     co-runners are on every SM, the victim's CTAs run beside theirs and share issue slots: from no loss to 2x.
+--     co-runners leave less than one SM free (on average over the overlap), the victim's CTAs run beside theirs
+--     and share issue slots: from no loss to 2x.
 -- DRAM: only when the device rate during the instance reaches dram_busy_frac of saturation; from the demand
 --     alone of victim and co-runners: proportional sharing (lo) up to the victim getting only what the co-runners
 --     leave (hi); the point divides the demand by the rate measured.
@@ -27,7 +28,7 @@
 --   observed            DOUBLE   its slowdown: dur_ns / t0_ns - 1
 --   f                   DOUBLE   overlap fraction
 --   held_sms            DOUBLE   SMs co-running kernels held while overlapping it (capped at the SM count)
---   free_sms            DOUBLE   SMs left, in whole clusters
+--   free_sms            DOUBLE   SMs left to it
 --   occupancy           BIGINT   CTAs per SM (Nsight Compute's, else the launch configuration's)
 --   memory_bound        BOOLEAN  isolated DRAM rate >= memory_bound_frac of saturation
 --   dram_iso_pct        DOUBLE   the victim's isolated DRAM rate (% of peak; GPU metrics, else Nsight Compute)
@@ -61,7 +62,7 @@ WITH pool AS (
 ), inst AS (
     SELECT i.run_id, i.device_id, i.activity_id, b.group_id, i.activity, i.activity_class, i.dur_ns, b.t0_ns,
            i.samples,
-           i.overlap_fraction AS f, i.comm_fraction, i.ctas, i.cluster_ctas, i.sm_count AS s_count,
+           i.overlap_fraction AS f, i.comm_fraction, i.ctas, i.sm_count AS s_count,
            coalesce(n.ctas_per_sm, i.launch_occupancy) AS occ,
            least(coalesce(i.corunner_sms, 0), i.sm_count) AS held,
            coalesce(p.dram_iso, n.dram_pct) AS r_v, i.co_dram_pct AS r_c, i.dram_pct AS c_dram,
@@ -80,7 +81,7 @@ WITH pool AS (
     WHERE i.overlap_ns > 0 AND b.t0_ns > 0
 ), shaped AS (
     SELECT *,
-           cluster_ctas * floor((s_count - held) / cluster_ctas) AS free,
+           s_count - held AS free,
            coalesce(r_v >= memory_bound_frac * sat, false) AS memory_bound,
            -- bytes the victim's work needs, plus what the co-runners move while beside it: at their alone rate
            -- for as long as their own work would take (co-runners stretched like the victim), or for the whole
@@ -93,23 +94,23 @@ WITH pool AS (
     SELECT *,
         -- co-runners on every SM: the victim's CTAs run beside theirs, sharing issue slots: up to twice as long
         CASE WHEN activity <> 'kernel' OR held <= 0 OR ctas <= occ * free THEN 0
-             WHEN free <= 0 THEN 1 ELSE s_count / free - 1 END AS sm_tput,
+             WHEN free < 1 THEN 1 ELSE s_count / free - 1 END AS sm_tput,
         CASE WHEN activity <> 'kernel' OR held <= 0 OR ctas <= occ * free THEN 0
-             WHEN free <= 0 THEN 0
+             WHEN free < 1 THEN 0
              ELSE ceil(ctas / (occ * free)) / ceil(ctas / (occ * s_count)) - 1 END AS sm_wave,
-        CASE WHEN free > 0 THEN greatest(0, r_v / least(sat, per_sm * 1.1 * free) - 1) END AS roof_lo,
-        CASE WHEN free > 0 THEN greatest(0, r_v / least(sat, per_sm * free) - 1) END AS roof_pt,
-        CASE WHEN free > 0 THEN greatest(0, r_v / least(sat, per_sm * 0.9 * free) - 1) END AS roof_hi,
+        CASE WHEN free >= 1 THEN greatest(0, r_v / least(sat, per_sm * 1.1 * free) - 1) END AS roof_lo,
+        CASE WHEN free >= 1 THEN greatest(0, r_v / least(sat, per_sm * free) - 1) END AS roof_pt,
+        CASE WHEN free >= 1 THEN greatest(0, r_v / least(sat, per_sm * 0.9 * free) - 1) END AS roof_hi,
         coalesce(c_dram >= dram_busy_frac * sat, r_v + r_c > sat) AS dram_busy,
         c_dram * dur_ns - bytes_alone AS extra_bytes
     FROM shaped
 ), predicted AS (
     SELECT *,
-        f * CASE WHEN memory_bound AND sm_tput > 0 AND free > 0 THEN roof_lo ELSE least(sm_tput, sm_wave) END AS sm_lo,
-        f * CASE WHEN memory_bound AND sm_tput > 0 AND free > 0 THEN roof_pt
-                 WHEN free <= 0 THEN (sm_tput + sm_wave) / 2
+        f * CASE WHEN memory_bound AND sm_tput > 0 AND free >= 1 THEN roof_lo ELSE least(sm_tput, sm_wave) END AS sm_lo,
+        f * CASE WHEN memory_bound AND sm_tput > 0 AND free >= 1 THEN roof_pt
+                 WHEN free < 1 THEN (sm_tput + sm_wave) / 2
                  WHEN ctas < occ * s_count THEN sm_wave ELSE sm_tput END AS sm_pt,
-        f * CASE WHEN memory_bound AND sm_tput > 0 AND free > 0 THEN roof_hi ELSE greatest(sm_tput, sm_wave) END
+        f * CASE WHEN memory_bound AND sm_tput > 0 AND free >= 1 THEN roof_hi ELSE greatest(sm_tput, sm_wave) END
             AS sm_hi,
         CASE WHEN dram_busy AND r_v IS NOT NULL AND r_c IS NOT NULL
              THEN f * greatest(0, (r_v + r_c) / sat - 1) ELSE 0 END AS dram_lo,
@@ -135,16 +136,16 @@ SELECT run_id, device_id, activity_id, group_id, dur_ns / t0_ns - 1 AS observed,
        sat AS dram_sat_pct, extra_bytes / nullif(bytes_alone, 0) AS extra_bytes_frac, footprint,
        sm_lo, sm_pt, sm_hi,
        dram_lo, least(dram_hi, greatest(dram_lo, dram_raw)) AS dram_pt, dram_hi,
-       -- the victim's extra bytes cost at most their time at its own alone rate, at least at the best rate the
-       -- co-runners leave it
+       -- the victim's share of the extra bytes (in proportion to the alone rates) costs at least their time at the
+       -- best rate the co-runners leave it
        CASE WHEN cache_measured THEN greatest(0, 0.95 * c_dram * dur_ns - bytes_alone_max) * r_v
                                      / (r_v + coalesce(r_c, 0)) / (greatest(r_v, sat - coalesce(r_c, 0)) * t0_ns)
             ELSE 0 END AS cache_lo,
        CASE WHEN cache_measured THEN extra_bytes * r_v / (r_v + coalesce(r_c, 0)) / (r_v * t0_ns)
             WHEN cache_profiled THEN f * (1 / (1 - l2_hit_pct / 100) - 1) / 2
             ELSE 0 END AS cache_pt,
-       CASE WHEN cache_measured THEN (1.05 * c_dram * dur_ns - bytes_alone) * r_v
-                                     / (r_v + coalesce(r_c, 0)) / (r_v * t0_ns)
+       -- which kernel missed more is unknown: at most every extra byte is the victim's
+       CASE WHEN cache_measured THEN (1.05 * c_dram * dur_ns - bytes_alone) / (r_v * t0_ns)
             WHEN cache_profiled THEN f * (1 / (1 - l2_hit_pct / 100) - 1)
             ELSE 0 END AS cache_hi,
        -- the share of its time a victim waits on DRAM (its isolated rate over saturation) does not scale with clock

@@ -22,7 +22,7 @@
 --   split                VARCHAR  duration mode when the signature was split, else NULL
 --   n                    BIGINT   instances
 --   n_overlapped         BIGINT   instances overlapped by another activity
---   n_isolated           BIGINT   baseline instances
+--   n_isolated           BIGINT   isolated instances of the baseline pool in the trace itself
 --   t0_ns                DOUBLE   baseline, median (ns)
 --   t0_lo_ns             DOUBLE   its 95% interval, lower bound (ns)
 --   t0_hi_ns             DOUBLE   its 95% interval, upper bound (ns)
@@ -33,8 +33,10 @@
 --   sum_t1_ns            BIGINT   total duration of the overlapped instances (ns)
 --   sum_t0_ns            DOUBLE   total baseline duration of the overlapped instances (ns)
 --   slowdown             DOUBLE   t1/t0 - 1 (or the median per-instance ratio - 1 under a drifting baseline)
---   slowdown_lo          DOUBLE   its 95% interval (bootstrap), lower bound
---   slowdown_hi          DOUBLE   its 95% interval (bootstrap), upper bound
+--   slowdown_lo          DOUBLE   its 95% interval, lower bound (bootstrap of both medians; order statistics of the
+--                                 per-instance ratios under drift; for one overlapped instance, where it falls
+--                                 among the isolated ones)
+--   slowdown_hi          DOUBLE   its 95% interval, upper bound
 --   baseline             VARCHAR  where t0 comes from: isolated, isolated nearest in time, baseline run, ncu
 --   baseline_drift       BOOLEAN  the isolated durations drift over time (then each instance has a nearby baseline)
 --   conflated            BOOLEAN  isolated durations mix different work that could not be split: left out of sums
@@ -104,7 +106,7 @@ WITH pred AS (
            median(sm_pt / nullif(f, 0)) AS sm_predicted, bool_or(memory_bound) AS memory_bound,
            median(dram_pct / dram_sat_pct) AS dram_busy, any_value(dram_sat_pct) AS dram_sat_pct,
            median(extra_bytes_frac) AS extra_bytes_frac, bool_or(footprint) AS footprint,
-           bool_or(clock_power) AS clock_power, count(*) FILTER (sm_pt IS NULL) AS no_sm_model,
+           bool_or(clock_power) AS clock_power,
            CASE WHEN bool_or(cache_evidence = 'dram_bytes') THEN 'dram_bytes'
                 WHEN bool_or(cache_evidence = 'ncu_working_set') THEN 'ncu_working_set' END AS cache_evidence
     FROM instance_predictions GROUP BY group_id
@@ -172,7 +174,6 @@ SELECT run_id, device_id, nvtx, group_id, activity, kind, name, short_name, grid
             WHEN NOT sig AND slowdown_lo IS NULL THEN 'too few instances for an interval'
             WHEN NOT sig THEN 'the slowdown interval includes 0 or stays under 1%'
             WHEN s <= 0 THEN 'faster when overlapped'
-            WHEN p IS NULL AND no_sm_model > 0 THEN 'co-runners held every SM: the SM model cannot predict'
             WHEN p IS NULL THEN 'no model could be applied'
             WHEN agreement = 'agrees' AND p > 0 THEN NULL
             ELSE printf('the models predict %+.1f%% [%+.1f%%, %+.1f%%] but %+.1f%% [%+.1f%%, %+.1f%%] was observed%s',

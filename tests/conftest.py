@@ -121,6 +121,12 @@ def train_ddp_run(tmp_path_factory) -> Path:
     return _ingest(tmp_path_factory, "train_ddp", H200 / "train_ddp.sqlite.xz")
 
 
+@pytest.fixture(scope="session", params=["h100", "h200"])
+def known_cause_run(request, tmp_path_factory) -> Path:
+    """The known-cause trace of collectors/known_cause.py, from an H100 and from an H200."""
+    return _ingest(tmp_path_factory, f"known_cause_{request.param}", DATA / request.param / "known_cause.sqlite.xz")
+
+
 @pytest.fixture(scope="session")
 def cpu_nvtx_run(tmp_path_factory) -> Path:
     return _ingest(tmp_path_factory, "cpu_nvtx", NSYS2022 / "cpu_nvtx.sqlite", require_kernels=False)

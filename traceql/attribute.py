@@ -114,7 +114,7 @@ def attribute(inputs: list[str | Path] | str | Path, *, baseline: str | Path | N
               ncu: Sequence[str | Path] | str | Path | None = None,
               group_by_nvtx: str | None = None, focus: str = "any", workdir: str | Path | None = None,
               con: duckdb.DuckDBPyConnection | None = None) -> Attribution:
-    """Attribute the slowdown of compute kernels overlapped with other GPU work.
+    """Attribute the slowdown of every GPU activity (kernels of any kind, copies, sets) beside other GPU work.
 
     ``inputs``: run directories, nsys exports or reports (raw inputs are ingested first, into
     ``workdir`` or a temporary directory). ``baseline``: a run whose isolated instances give t0.

@@ -117,7 +117,7 @@ def attribute(
     max_slowdown: Annotated[float | None, typer.Option(help="Exit 1 if a device's compute slowdown exceeds this "
                                                             "(e.g. 0.1 for 10%): a regression gate.")] = None,
 ) -> None:
-    """Measure overlap and slowdown per compute kernel signature and name the contended resource."""
+    """Measure overlap and slowdown of every GPU activity beside other work, and name the contended resource."""
     from .attribute import attribute as do_attribute
     from .render import render_attribution
 

@@ -31,14 +31,14 @@ def verdicts(summary: pa.Table, kernels: pa.Table) -> list[dict]:
         for r in compute:
             if not r["n_overlapped"]:
                 continue
-            if r["slowdown"] is None or r["sum_t0_ns"] is None or r["conflated"]:
-                skipped += r["n_overlapped"]
+            if r["slowdown_lo"] is None or r["sum_t0_ns"] is None or r["conflated"]:
+                skipped += r["n_overlapped"]  # no baseline, no interval (one Nsight Compute duration), or conflated
                 continue
             base = r["sum_t0_ns"] / 1e6
             s = r["slowdown"]
             lost += base * s
-            lo += base * (r["slowdown_lo"] if r["slowdown_lo"] is not None else s)
-            hi += base * (r["slowdown_hi"] if r["slowdown_hi"] is not None else s)
+            lo += base * r["slowdown_lo"]
+            hi += base * r["slowdown_hi"]
             if not r["significant"] or s <= 0:
                 continue
             parts = {c: max(0.0, r[c] or 0.0) for c in CAUSES}
@@ -68,5 +68,6 @@ def _sentence(v: dict) -> str:
             f"[{v['compute_lost_lo_ms']:.3f}, {v['compute_lost_hi_ms']:.3f}] ({why}); against running them one "
             f"after the other it saved {v['saved_ms']:.3f} ms.")
     if v["instances_left_out"]:
-        text += f" {v['instances_left_out']} overlapped compute instances had no usable baseline and are not counted."
+        text += (f" {v['instances_left_out']} overlapped compute instances had no baseline with an interval (or were "
+                 "conflated) and are not counted.")
     return text
