@@ -68,7 +68,8 @@ WITH pool AS (
            coalesce(p.dram_iso, n.dram_pct) AS r_v, i.co_dram_pct AS r_c, i.dram_pct AS c_dram,
            p.clock_iso, i.gpc_clock_mhz AS clock, p.power_iso, i.power_w,
            n.l2_hit_pct, n.working_set_bytes, i.co_working_set_bytes, d.l2_bytes,
-           c.dram_sat_pct AS sat, c.dram_per_sm_pct AS per_sm,
+           -- the victim's own alone rate is evidently achievable (Nsight Compute's scale may differ a little)
+           greatest(c.dram_sat_pct, coalesce(p.dram_iso, n.dram_pct, 0)) AS sat, c.dram_per_sm_pct AS per_sm,
            t.memory_bound_frac, t.dram_busy_frac, t.footprint_min_pct, t.cache_extra_min
     FROM instance_facts i JOIN _instance_baselines b USING (run_id, activity_id)
     LEFT JOIN pool p USING (pool_id)

@@ -167,12 +167,13 @@ def test_without_gpu_metrics_ncu_dram_demand_explains_the_add(no_metrics_run):
     assert r["dram_pct_iso"] is None and r["ncu_dram_pct"] > 85
     f, s, co = r["overlap_fraction"], r["slowdown"], r["co_dram_pct"]
     assert co > 0  # the copy, estimated from its bytes
-    # no measured DRAM rate: the profiled demand over saturation (the 88% floor: nothing measured) decides; from
-    # proportional sharing up to the victim getting only what the copy leaves
+    # no measured DRAM rate: the profiled demand over saturation (the add's own alone rate: above the 88% floor)
+    # decides; from proportional sharing up to the victim getting only what the copy leaves
     lo, hi = r["explained_interval"]["dram_bw"]
+    sat = r["ncu_dram_pct"]
     # (medians over instances: f and the copy's rate vary a little from instance to instance)
-    assert lo == approx(f * max(0.0, (r["ncu_dram_pct"] + co) / 88 - 1), rel=0.01) and lo > 0
-    assert hi == approx(f * (r["ncu_dram_pct"] / (88 - co) - 1), rel=0.01)
+    assert lo == approx(f * max(0.0, (sat + co) / sat - 1), rel=0.01) and lo > 0
+    assert hi == approx(f * (sat / (sat - co) - 1), rel=0.01)
     # SM explains nothing (a copy engine), no clock samples: DRAM is the only prediction, and it agrees
     assert r["explained"]["sm"] == 0 and r["agreement"] == "agrees" and lo <= s <= hi
     assert r["class"] == "dram_bw" and r["reason"] is None
