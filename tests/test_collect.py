@@ -252,3 +252,41 @@ def test_gpu_only_options_without_a_gpu_are_refused(tmp_path, flag):
     _assert_clean_error(rc, err)
     assert f"{flag} needs an NVIDIA GPU" in err
     assert not (tmp_path / "store").exists()
+
+
+BROKEN_SMI = """#!/bin/sh
+echo "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the latest \
+NVIDIA driver is installed and running."
+exit 9
+"""
+
+
+def _broken_smi_path(tmp_path: Path) -> str:
+    """A PATH whose nvidia-smi exists but reaches no driver, as on a CPU node with nvidia-utils installed."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text(BROKEN_SMI)
+    smi.chmod(0o755)
+    return f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"
+
+
+def test_an_nvidia_smi_without_a_driver_is_no_gpu(tmp_path, monkeypatch):
+    from traceql.collect import environment_labels
+
+    monkeypatch.setenv("PATH", _broken_smi_path(tmp_path))
+    assert gpus_present() is False
+    labels = environment_labels(["true"])  # used to fail with IndexError on the error line
+    assert "gpus" not in labels and "driver" not in labels and labels["command"] == "true"
+
+
+@pytest.mark.nsys
+def test_collect_with_a_broken_nvidia_smi_collects_cpu_activity(tmp_path):
+    env = _env(PATH=_broken_smi_path(tmp_path))
+    rc, out, err = run_cli("collect", "-o", tmp_path / "store", "--", sys.executable, CPU_NVTX, env=env)
+    assert rc == 0 and "Traceback" not in err, err
+    _check_cpu_nvtx_ranges(tmp_path / "store")
+    rc, out, err = run_cli("collect", "-o", tmp_path / "store2", "--gpu-metrics", "--", sys.executable, CPU_NVTX,
+                           env=env)
+    _assert_clean_error(rc, err)
+    assert "--gpu-metrics needs an NVIDIA GPU" in err

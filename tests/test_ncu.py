@@ -575,7 +575,9 @@ def test_ncu_command_options(tmp_path):
 
 
 def test_collect_ncu_cli_without_gpu(tmp_path):
-    if shutil.which("nvidia-smi"):
+    from traceql.collect import gpus_present
+
+    if gpus_present():  # not "nvidia-smi exists": it may exist without a driver
         pytest.skip("a GPU machine: this checks the refusal on a machine without one")
     rc, _, stderr = run_cli("collect", "--ncu", "-o", tmp_path / "runs", "--", sys.executable, "-c", "pass")
     assert rc == 2 and "--ncu needs an NVIDIA GPU" in stderr and "Traceback" not in stderr, stderr

@@ -227,3 +227,47 @@ def test_arrow_types_roundtrip_through_duckdb(overlap_con):
     got = overlap_con.sql("SELECT * FROM nvtx LIMIT 0").to_arrow_table()
     want = schema.TABLES["nvtx"]
     assert [(f.name, f.type) for f in got.schema] == [(f.name, f.type) for f in want]
+
+
+def test_a_run_given_twice_is_read_once(tmp_path, overlap_run):
+    """The same directory twice, or two stores sharing a run: each run is read once, and the CLI says so."""
+    other = tmp_path / "other"
+    shutil.copytree(overlap_run, other)
+    con = traceql.connect([overlap_run, overlap_run, other], views=False)
+    [(runs, kernels)] = con.sql("SELECT (SELECT count(*) FROM runs), (SELECT count(*) FROM kernels)").fetchall()
+    [(alone,)] = traceql.connect(overlap_run, views=False).sql("SELECT count(*) FROM kernels").fetchall()
+    assert (runs, kernels) == (1, alone)
+    rc, out, err = run_cli("sql", overlap_run, other, "SELECT count(*) AS n FROM runs", "-f", "json")
+    assert rc == 0 and json.loads(out) == [{"n": 1}]
+    assert "is read once" in err and str(other) in err
+
+
+def test_attribute_a_run_given_twice_equals_once(overlap_run):
+    from traceql.attribute import attribute
+
+    once, twice = attribute(overlap_run), attribute([overlap_run, overlap_run])
+    assert once.kernels.to_pylist() == twice.kernels.to_pylist()
+    assert once.summary.to_pylist() == twice.summary.to_pylist()
+
+
+def test_sql_csv_writes_list_columns_as_json(tmp_path):
+    traceql.ingest(H200 / "kernels.ncu-rep.xz", tmp_path / "ncu")
+    rc, out, err = run_cli("sql", tmp_path / "ncu", "SELECT name, missing FROM ncu_kernels ORDER BY name", "-f", "csv")
+    assert rc == 0 and "Traceback" not in err, err
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert rows and all(isinstance(json.loads(r["missing"]), list) for r in rows)
+
+
+def test_every_file_of_a_store_is_version_checked(tmp_path, overlap_run, contention_sqlite):
+    """A store whose second run was written by another schema version is refused, not read silently."""
+    store = tmp_path / "s"
+    shutil.copytree(overlap_run, store)
+    traceql.ingest(contention_sqlite, store)
+    runs = sorted((store / "runs").iterdir())
+    victim = runs[-1] / "kernels.parquet"
+    table = pq.read_table(victim)
+    meta = dict(table.schema.metadata)
+    meta[schema.META_VERSION] = b"999"
+    pq.write_table(table.replace_schema_metadata(meta), victim)
+    with pytest.raises(traceql.SchemaVersionError, match="999"):
+        traceql.connect(store)

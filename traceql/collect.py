@@ -59,6 +59,9 @@ class Collection:
 
 
 def gpus_present() -> bool:
+    """Whether an NVIDIA GPU is usable here: ``nvidia-smi -L`` runs, succeeds and lists one. The one place that
+    decides it: nvidia-smi may exist without a driver it can reach (a container without GPUs, a CPU node with
+    nvidia-utils, a driver/library mismatch after an upgrade), and then it prints an error, not GPUs."""
     smi = shutil.which("nvidia-smi")
     if not smi:
         return False
@@ -66,7 +69,7 @@ def gpus_present() -> bool:
         out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired):
         return False
-    return out.returncode == 0 and "GPU" in out.stdout
+    return out.returncode == 0 and any(line.startswith("GPU ") for line in out.stdout.splitlines())
 
 
 def nsys_flags(version: tuple[int, ...], gpu_metrics: bool, have_gpu: bool,
@@ -99,15 +102,17 @@ def environment_labels(cmd: list[str]) -> dict[str, str]:
             labels[f"version.{pkg}"] = metadata.version(pkg)
         except metadata.PackageNotFoundError:
             pass
-    if smi := shutil.which("nvidia-smi"):
+    if (smi := shutil.which("nvidia-smi")) and gpus_present():
         try:
-            out = subprocess.run([smi, "--query-gpu=driver_version,name", "--format=csv,noheader"],
-                                 capture_output=True, text=True, timeout=30).stdout.strip().splitlines()
-            if out:
-                labels["driver"] = out[0].split(",")[0].strip()
-                labels["gpus"] = ";".join(line.split(",", 1)[1].strip() for line in out)
+            done = subprocess.run([smi, "--query-gpu=driver_version,name", "--format=csv,noheader"],
+                                  capture_output=True, text=True, timeout=30)
         except (OSError, subprocess.TimeoutExpired):
-            pass
+            done = None
+        rows = [line.split(",", 1) for line in (done.stdout.splitlines() if done and done.returncode == 0 else [])]
+        rows = [(d.strip(), n.strip()) for d, *rest in rows if rest for n in rest]
+        if rows:
+            labels["driver"] = rows[0][0]
+            labels["gpus"] = ";".join(n for _, n in rows)
     return labels
 
 

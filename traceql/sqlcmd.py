@@ -42,7 +42,7 @@ def run_sql(run_dirs: list[Path], sql: str, fmt: str, output: Path | None, stdou
         return
     if fmt == "csv":
         sink = pa.BufferOutputStream()
-        pacsv.write_csv(result, sink)
+        pacsv.write_csv(_flat(result), sink)
         text = sink.getvalue().to_pybytes().decode()
     elif fmt == "json":
         text = json.dumps(result.to_pylist(), default=str, indent=1) + "\n"
@@ -52,6 +52,15 @@ def run_sql(run_dirs: list[Path], sql: str, fmt: str, output: Path | None, stdou
         output.write_text(text)
     else:
         stdout.write(text)
+
+
+def _flat(table: pa.Table) -> pa.Table:
+    """CSV has no nested values: lists, maps and structs become JSON text."""
+    for i, field in enumerate(table.schema):
+        if pa.types.is_nested(field.type):
+            text = [None if v is None else json.dumps(v, default=str) for v in table.column(i).to_pylist()]
+            table = table.set_column(i, pa.field(field.name, pa.string()), pa.array(text, pa.string()))
+    return table
 
 
 def render_table(table: pa.Table, max_rows: int = 200) -> str:

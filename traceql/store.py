@@ -16,6 +16,7 @@ import fcntl
 import json
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Collection, Iterator, Sequence
 from pathlib import Path
@@ -121,18 +122,37 @@ def connect(run_dirs: Sequence[str | Path] | str | Path, con: duckdb.DuckDBPyCon
         with contextlib.suppress(duckdb.InvalidInputException):  # Jupyter without ipywidgets refuses the setting
             con.execute("SET enable_progress_bar = false")
     files: dict[str, list[Path]] = {t: [] for t in schema.TABLES}
+    # a run is read once, however many times it is given (the same directory twice, two stores sharing runs):
+    # read twice, every kernel would overlap its own copy
+    owner: dict[str, Path] = {}
+    twice: dict[str, list[Path]] = {}
+    unique: list[Path] = []
     for d in map(Path, run_dirs):
+        if any(d.resolve() == u.resolve() for u in unique):
+            print(f"traceql: note: {d} is given twice; it is read once", file=sys.stderr)
+        else:
+            unique.append(d)
+    for d in unique:
+        for rid in read_manifest(d)["runs"]:
+            if rid in owner:
+                twice.setdefault(rid, [owner[rid]]).append(d)
+            else:
+                owner[rid] = d
         for table in schema.TABLES:
             # empty files are left out: besides costing a read, a view over files of which some are empty
             # misleads DuckDB's join planning (an attribution took 100x longer with one empty file beside it)
             for f in run_files(d, table, nonempty=True):
                 if run_ids is not None and f.parent.name not in run_ids:
                     continue
+                if owner.get(f.parent.name) != d:
+                    continue
                 if not f.is_file():
                     raise BadInputError(f"{f}: listed in {d / MANIFEST} but missing; re-ingest that trace")
                 files[table].append(f)
+    for rid, dirs in twice.items():
+        print(f"traceql: note: run {rid} is in {', '.join(map(str, dirs))}; it is read once", file=sys.stderr)
     for table, paths in files.items():
-        for p in paths[:1]:  # one file per table is enough to refuse a store of another version
+        for p in paths:  # every file: one of another schema version must not be read silently (footers only)
             schema.check_file(p)
         if paths:
             sources = "[" + ", ".join(_sql_str(str(p)) for p in paths) + "]"
