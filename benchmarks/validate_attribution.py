@@ -107,20 +107,29 @@ def table(rows: list[dict]) -> str:
 
 
 def training_table(attribute) -> str:
+    """Per run, device and kernel family: the classes of its significantly slowed signatures, and the evidence
+    behind each (co-runner class, SMs they held, DRAM during the overlap against saturation), so that where one
+    family gets several classes the table shows what differs."""
     from traceql.classify import classify
 
-    counts: dict[tuple, Counter] = {}
+    groups: dict[tuple, list[dict]] = {}
     for trace in TRAINING:
         result = attribute(trace)
         names = {r["run_id"]: Path(r["source_path"]).name for r in result.runs.to_pylist()}
         for r in result.kernels.to_pylist():
             if not r["n_overlapped"] or r["activity"] != "kernel":
                 continue
-            family = classify(r["name"]).family
-            counts.setdefault((names[r["run_id"]][:40], r["device_id"], family), Counter())[r["class"]] += 1
-    out = ["| run | device | family | classes of its overlapped signatures |", "|---|---|---|---|"]
-    for (run, dev, family), c in sorted(counts.items()):
-        out.append(f"| {run} | {dev} | {family} | " + ", ".join(f"{k} {v}" for k, v in sorted(c.items())) + " |")
+            key = (names[r["run_id"]][:40], r["device_id"], classify(r["name"]).family)
+            groups.setdefault(key, []).append(r)
+    out = ["| run | device | family | not significant / conflated / no baseline | significant: class (co-runner, "
+           "SMs held, DRAM busy) |", "|---|---|---|---|---|"]
+    for (run, dev, family), rows in sorted(groups.items()):
+        quiet = Counter("conflated" if r["conflated"] else "no baseline" if r["t0_ns"] is None else "n.s."
+                        for r in rows if not r["significant"])
+        loud = Counter(f"{r['class']} ({r['corunner_kind']}, {r['corunner_sms']:.0f}, "
+                       f"{_pct(r['dram_busy'], False)})" for r in rows if r["significant"])
+        out.append(f"| {run} | {dev} | {family} | " + ", ".join(f"{k} {v}" for k, v in sorted(quiet.items()))
+                   + " | " + "; ".join(f"{k} x{v}" for k, v in sorted(loud.items())) + " |")
     return "\n".join(out)
 
 

@@ -7,7 +7,9 @@ is nothing to draw. Tests check charts through their spec (``to_dict()``) and in
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 import altair as alt
@@ -43,8 +45,31 @@ def _rows(table: pa.Table, columns: list[str] | None = None, limit: int = MAX_MA
     return table.slice(0, limit).to_pylist()
 
 
+_named: ContextVar[dict[str, list[dict]] | None] = ContextVar("traceql_chart_data", default=None)
+
+
 def _data(rows: list[dict]) -> alt.Data:
-    return alt.Data(values=rows)
+    """Inline rows; inside :func:`named_data` a name only, the rows kept aside for the page to embed as they are
+    (altair walks and validates inline values row by row: seconds on a report's charts)."""
+    named = _named.get()
+    if named is None:
+        return alt.Data(values=rows)
+    name = f"data_{len(named)}"
+    named[name] = rows
+    return alt.Data(name=name)
+
+
+@contextlib.contextmanager
+def named_data() -> Iterator[dict[str, list[dict]]]:
+    """Charts built inside refer to their data by name; the dict it yields maps each name to its rows
+    (a Vega-Lite spec's ``datasets``). Schema validation of the chart objects is off inside too."""
+    named: dict[str, list[dict]] = {}
+    token = _named.set(named)
+    try:
+        with alt.utils.schemapi.debug_mode(False):
+            yield named
+    finally:
+        _named.reset(token)
 
 
 def _signature_labels(rows: list[dict], width: int = 60) -> list[str]:

@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from .. import __version__
 from . import SectionResult, labels_of
-from .charts import CHARTS
+from .charts import CHARTS, named_data
 
 SHOWN_LABELS = ("bench", "mode", "env.NCCL_MAX_CTAS", "env.NCCL_MIN_CTAS", "env.NCCL_ALGO", "env.NCCL_PROTO",
                 "version.torch", "env.NCCL_VERSION", "nsys", "command")
@@ -115,11 +115,15 @@ class _Page:
         self.specs: list[dict] = []
 
     def chart(self, section_chart: str, tables: dict[str, pa.Table], options: dict) -> None:
-        chart = CHARTS[section_chart].fn(tables, options)
-        if chart is None:
-            self.parts.append('<p class="empty">nothing to draw for this run</p>')
-            return
-        self.specs.append(_clean(chart.to_dict()))
+        with named_data() as datasets:
+            chart = CHARTS[section_chart].fn(tables, options)
+            if chart is None:
+                self.parts.append('<p class="empty">nothing to draw for this run</p>')
+                return
+            spec = chart.to_dict(validate=False)  # the specs are tested; validating every one costs seconds
+        if datasets:
+            spec.setdefault("datasets", {}).update(_clean(datasets))
+        self.specs.append(_clean(spec))
         self.parts.append(f'<div class="chart" id="chart-{len(self.specs) - 1}"></div>')
 
 
@@ -193,7 +197,7 @@ def render_page(report) -> str:
 </head><body>
 <h1>{title}</h1>
 <p class="meta">traceql {html.escape(__version__)} · recipe {html.escape(rec.source)} · {now} ·
-{len(report.runs)} run(s) · built in {report.seconds:.1f} s</p>
+{len(report.runs)} run(s) · queries in {report.seconds:.1f} s</p>
 {f'<p class="help">{html.escape(rec.description)}</p>' if rec.description else ''}
 {skipped}
 <h2>Runs</h2>
