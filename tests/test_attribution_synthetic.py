@@ -438,10 +438,10 @@ def test_cache_factor(tmp_path):
     assert a["corunner_kind"] == "compute" and a["corunner_sms"] == approx(50)
     assert a["sm_predicted"] == 0 and a["explained"]["sm"] == 0
     assert a["footprint"] is True and a["cache_evidence"] == "dram_bytes"
-    # point (40 x 2000 - 20000)/2/10000 = 3; low: co-runner not stretched (it moved 10% x 2000), at 88 - 10;
-    # high: 5% more measured traffic, at the victim's own rate
+    # point (40 x 2000 - 20000)/2/10000 = 3 (the victim's half of the extra bytes); low: co-runner not stretched
+    # (it moved 10% x 2000), at 88 - 10; high: 5% more measured traffic, all of it the victim's, at its own rate
     assert a["explained_interval"]["cache"] == [approx((0.95 * 80_000 - 30_000) / 2 / 78_000),
-                                                approx((1.05 * 80_000 - 20_000) / 2 / 10_000)]
+                                                approx((1.05 * 80_000 - 20_000) / 10_000)]
     assert a["explained"]["cache"] == approx(3.0) and a["agreement"] == "agrees"
     assert a["slowdown"] == approx(1.0) and a["class"] == "cache"
 

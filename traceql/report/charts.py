@@ -54,7 +54,7 @@ def _data(rows: list[dict]) -> alt.Data:
     named = _named.get()
     if named is None:
         return alt.Data(values=rows)
-    name = f"data_{len(named)}"
+    name = f"traceql_rows_{len(named)}"  # not data_N: Vega-Lite names its own data sources so
     named[name] = rows
     return alt.Data(name=name)
 
