@@ -175,12 +175,21 @@ def test_sql_bad_query_and_format(overlap_run):
 def test_schema_lists_every_table():
     rc, stdout, stderr = run_cli("schema")
     assert rc == 0, stderr
-    listed = {line.split(":", 1)[0] for line in stdout.splitlines() if line and not line.startswith(" ")}
+    tables_part, views_part = stdout.split("\nanalysis views", 1)
+    listed = {line.split(":", 1)[0] for line in tables_part.splitlines() if line and not line.startswith(" ")}
     assert listed == set(schema.TABLES)
     for name, sch in schema.TABLES.items():
-        block = stdout.split(f"{name}:", 1)[1]
+        block = tables_part.split(f"{name}:", 1)[1]
         for f in sch:
             assert f.name in block
+    # the analysis views too, each with the columns of its header
+    from traceql.queries_loader import header_columns, query_files
+
+    views = {line.split(":", 1)[0] for line in views_part.splitlines()[1:] if line and not line.startswith(" ")}
+    public = {f.removesuffix(".sql"): sql for f, sql in query_files() if not f.startswith("_")}
+    assert views == set(public) and {"instance_facts", "kernel_attribution", "instance_predictions"} <= views
+    block = views_part.split("kernel_attribution:", 1)[1]
+    assert all(col in block for col, _ in header_columns(public["kernel_attribution"]))
 
 
 @pytest.mark.parametrize("args", [["ingest", "x.sqlite"], ["sql"], ["no-such-command"], ["ingest", "--bogus"]])

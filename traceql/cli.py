@@ -259,13 +259,22 @@ def _collector_cmd(name: str) -> list[str]:
 
 @app.command("schema")
 def schema_cmd() -> None:
-    """List the run store's tables and columns (schema v1)."""
+    """List the run store's tables and columns (schema v1), then the analysis views SQL can query."""
     from . import schema as s
+    from .queries_loader import header_columns, query_files
 
     for name, sch in s.TABLES.items():
         typer.echo(f"{name}: {s.DESCRIPTIONS[name]}")
         for f in sch:
             typer.echo(f"  {f.name:<24} {f.type}")
+    typer.echo("\nanalysis views (queries/; helpers starting with _ are left out):")
+    for file, sql in query_files():
+        if file.startswith("_"):
+            continue
+        first = sql.splitlines()[0].removeprefix("--").strip()
+        typer.echo(f"{first}")
+        for col, typ in header_columns(sql):
+            typer.echo(f"  {col:<24} {typ}")
 
 
 def _parse_labels(items: list[str]) -> dict[str, str]:
