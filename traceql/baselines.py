@@ -40,8 +40,10 @@ PRACTICAL_FLOOR = 0.01
 DRIFT_P = 0.01
 NEAREST_K = 5
 LEVEL = 0.95
-N_BOOT = 1000
-MAX_N = 1000
+# bootstrap resamples, and the most values per side it resamples from (a seeded subsample beyond): against 2000
+# resamples of up to 4000 values, no bound of the H100 known-cause trace moves by more than 17% of its interval's width
+N_BOOT = 500
+MAX_N = 400
 
 INSTANCE_SCHEMA = pa.schema([
     ("run_id", pa.string()), ("activity_id", pa.int64()), ("group_id", pa.int64()), ("pool_id", pa.int64()),
