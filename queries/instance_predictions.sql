@@ -15,8 +15,9 @@
 --     traffic beyond what victim and co-runners move alone; the victim's share of it, over its own bytes, is the
 --     time it costs at its bandwidth share (+-5% of the measured rate; co-runners stretched like the victim, or not). Without GPU metrics, a profiled working set
 --     that fits in L2 alone but not beside the co-runners' brackets the loss between none and all L2 hits missing.
--- clock: the isolated clock over the instance's clock, down to the share of the time it does not wait on DRAM
---     (its isolated DRAM rate over saturation); a bandwidth-bound victim, a collective or a copy may feel none of it.
+-- clock: the isolated clock over the instance's clock (its cycles unchanged), down to no effect: how much of a
+--     kernel's time follows the SM clock is not measured; the point is the full effect for a kernel that does not
+--     wait on DRAM, none for a bandwidth-bound one, a collective or a copy.
 -- The cache witness needs 2+ metric samples inside the instance and a victim the SM model predicts no loss for.
 -- link: communication beside other communication may share links: up to doubling while they overlap.
 -- SM and DRAM predictions are for the overlapped time and scale with the overlap fraction f.
@@ -150,12 +151,11 @@ SELECT run_id, device_id, activity_id, group_id, dur_ns / t0_ns - 1 AS observed,
             WHEN cache_profiled THEN f * (1 / (1 - l2_hit_pct / 100) - 1)
             ELSE 0 END AS cache_hi,
        -- the share of its time a victim waits on DRAM (its isolated rate over saturation) does not scale with clock
-       -- collectives and copies wait on links and memory, whose speed does not follow the SM clock
-       CASE WHEN memory_bound OR activity_class <> 'compute' THEN least(0, clock_e)
-            ELSE least(clock_e, clock_e * (1 - coalesce(least(r_v / sat, 1), 0))) END AS clock_lo,
+       -- how much of its time follows the SM clock is not measured: from none of it to all of it; the point is all
+       -- of it for a kernel that does not wait on DRAM, none for collectives and copies (links and memory)
+       least(0, clock_e) AS clock_lo,
        CASE WHEN memory_bound OR activity_class <> 'compute' THEN 0 ELSE clock_e END AS clock_pt,
-       CASE WHEN memory_bound OR activity_class <> 'compute' THEN greatest(0, clock_e)
-            ELSE greatest(clock_e, clock_e * (1 - coalesce(least(r_v / sat, 1), 0))) END AS clock_hi,
+       greatest(0, clock_e) AS clock_hi,
        0.0::DOUBLE AS link_lo,
        CASE WHEN activity_class = 'comm' THEN comm_fraction / 2 ELSE 0 END AS link_pt,
        CASE WHEN activity_class = 'comm' THEN comm_fraction ELSE 0 END AS link_hi,

@@ -121,10 +121,15 @@ def train_ddp_run(tmp_path_factory) -> Path:
     return _ingest(tmp_path_factory, "train_ddp", H200 / "train_ddp.sqlite.xz")
 
 
-@pytest.fixture(scope="session", params=["h100", "h200"])
+KNOWN_CAUSE = {"h100": DATA / "h100" / "known_cause.sqlite.xz", "h200": DATA / "h200" / "known_cause.sqlite.xz",
+               "h200-6144": DATA / "h200" / "known_cause_6144.sqlite.xz"}
+
+
+@pytest.fixture(scope="session", params=sorted(KNOWN_CAUSE))
 def known_cause_run(request, tmp_path_factory) -> Path:
-    """The known-cause trace of collectors/known_cause.py, from an H100 and from an H200."""
-    return _ingest(tmp_path_factory, f"known_cause_{request.param}", DATA / request.param / "known_cause.sqlite.xz")
+    """The known-cause traces of collectors/known_cause.py: from an H100, from an H200, and from an H200 again with
+    other sizes (6144 GEMMs, which cuBLAS runs with another kernel)."""
+    return _ingest(tmp_path_factory, f"known_cause_{request.param}", KNOWN_CAUSE[request.param])
 
 
 @pytest.fixture(scope="session")

@@ -83,7 +83,7 @@ def test_instance_facts_exact(known_cause_run):
     got = {(r[0], r[1]): tuple(r[2:]) for r in con.sql(
         "SELECT run_id, activity_id, comm_overlap_ns, compute_overlap_ns, copy_overlap_ns, overlap_ns "
         "FROM instance_facts").fetchall()}
-    assert got == expected and len(got) > 400
+    assert got == expected and len(got) > 300
 
 
 def test_renamed_kernels_give_the_same_attribution(tmp_path, known_cause_run, grouped):
