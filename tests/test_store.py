@@ -280,3 +280,34 @@ def test_every_file_of_a_store_is_version_checked(tmp_path, overlap_run, content
     pq.write_table(table.replace_schema_metadata(meta), victim)
     with pytest.raises(traceql.SchemaVersionError, match="999"):
         traceql.connect(store)
+
+
+def test_staging_folders_of_killed_ingests_are_removed(tmp_path, overlap_sqlite):
+    """An ingest killed mid-way leaves its staging folder; the next ingest into the directory removes it, but never
+    the folder of an ingest that is still running."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from traceql import store
+
+    out = tmp_path / "runs"
+    # a real ingest, killed once its staging folder exists
+    proc = subprocess.Popen([sys.executable, "-m", "traceql.cli", "ingest", str(overlap_sqlite), "-o", str(out)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 60
+    while not list(out.glob(".tmp-*")) and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    killed = list(out.glob(".tmp-*"))
+    assert killed, "the ingest finished before it could be killed"
+    alive = store.staging_dir(out)  # this process: alive
+    legacy = out / ".tmp-abcdef"  # a folder that names no process, recent: might belong to a running old ingest
+    legacy.mkdir()
+    traceql.ingest(H200 / "train_ddp.sqlite.xz", out)
+    left = set(out.glob(".tmp-*"))
+    assert not set(killed) & left and alive in left and legacy in left
+    assert len(store.read_manifest(out)["runs"]) == 1  # the killed ingest published nothing

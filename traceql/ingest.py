@@ -12,7 +12,6 @@ import datetime as dt
 import hashlib
 import json
 import shutil
-import tempfile
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -107,8 +106,7 @@ def ingest_one(trace: str | Path, out: str | Path, *, require_kernels: bool = Tr
     if fmt == "nsys-rep" or path.suffix in DECOMPRESSORS or ident.seen(trace):
         if (prior := ident.ingested()) is not None:
             return prior
-    out.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out, prefix=".tmp-"))
+    tmp = store.staging_dir(out)
     try:
         if fmt == "nsys-rep":
             export = export_report(path, ident.digest)

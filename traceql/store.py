@@ -6,7 +6,8 @@ Layout::
     RUN_DIR/runs/<run_id>/<table>.parquet   one file per normalized table, empty tables included
 
 A run appears in the manifest only once all its files are in place, so a crash mid-ingest leaves
-no half run; leftover ``.tmp-*`` folders are ignored and cleaned by the next ingest.
+no half run; a staging folder ``.tmp-<pid>-*`` whose process is gone (a killed ingest) is removed by the next
+ingest into the same directory.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 from collections.abc import Collection, Iterator, Sequence
 from pathlib import Path
 
@@ -72,6 +74,39 @@ def locked_manifest(root: Path) -> Iterator[dict]:
         with os.fdopen(fd, "w") as f:
             json.dump(manifest, f, indent=2, sort_keys=True)
         os.replace(tmp, root / MANIFEST)
+
+
+STAGING_PREFIX = ".tmp-"
+LEGACY_STAGING_AGE_S = 3600  # a staging folder that names no process: removed once this old (no live ingest is)
+
+
+def staging_dir(root: Path) -> Path:
+    """A fresh folder in ``root`` to write a run into before publishing it, named after this process, after removing
+    the folders that ingests killed mid-way left behind (their process is gone)."""
+    root.mkdir(parents=True, exist_ok=True)
+    for leftover in root.glob(f"{STAGING_PREFIX}*"):
+        if leftover.is_dir() and _abandoned(leftover):
+            shutil.rmtree(leftover, ignore_errors=True)
+    return Path(tempfile.mkdtemp(dir=root, prefix=f"{STAGING_PREFIX}{os.getpid()}-"))
+
+
+def _abandoned(folder: Path) -> bool:
+    pid_text = folder.name[len(STAGING_PREFIX):].split("-", 1)[0]
+    if not pid_text.isdigit():  # written before staging folders named their process
+        try:
+            return time.time() - folder.stat().st_mtime > LEGACY_STAGING_AGE_S
+        except OSError:
+            return False
+    pid = int(pid_text)
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, OverflowError):
+        return True
+    except PermissionError:  # alive, another user's
+        return False
+    return False
 
 
 def publish_run(root: Path, staged: Path, run_id: str, entry: dict) -> bool:

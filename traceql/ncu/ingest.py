@@ -12,7 +12,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import shutil
-import tempfile
 from dataclasses import asdict
 from pathlib import Path
 
@@ -53,8 +52,7 @@ def ingest_ncu_report(trace: str | Path, out: str | Path, *, labels: dict[str, s
     if store.is_store(out) and run_id in store.read_manifest(out)["runs"]:
         info = store.read_manifest(out)["runs"][run_id]
         return RunInfo(run_id, info["source_path"], digest, info["format"], info.get("tables", {}), already=True)
-    out.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out, prefix=f".tmp-{run_id}-"))
+    tmp = store.staging_dir(out)
     try:
         path = _decompress(trace, tmp / f"report{SUFFIX}") if trace.suffix in DECOMPRESSORS else trace
         report = read_report(path, shown=trace)
