@@ -13,7 +13,6 @@
 --   working_set_bytes DOUBLE working set of a profiled kernel (bytes, Nsight Compute; NULL otherwise)
 WITH acts AS (
     SELECT a.run_id, a.device_id, a.activity_id, a.start_ns, a.end_ns, a.dur_ns, a.sig,
-           hash(a.name, a.grid, a.block, a.dynamic_smem_bytes) AS kernel_sig,
            CASE WHEN a.activity <> 'kernel' AND a.dur_ns > 0 AND d.mem_bandwidth_Bps > 0
                 THEN 100.0 * a.bytes * (CASE WHEN a.name LIKE '%DtoD%' THEN 2 ELSE 1 END)
                      / (a.dur_ns * 1e-9) / d.mem_bandwidth_Bps END AS estimate,
@@ -26,10 +25,9 @@ WITH acts AS (
     FROM acts a JOIN _instance_metrics m USING (run_id, device_id, activity_id)
     WHERE a.alone AND a.dur_ns > 0 AND m.dram_pct IS NOT NULL GROUP BY ALL
 ), profiled AS (
-    SELECT run_id, device_id, hash(name, grid, block, dynamic_smem_bytes) AS kernel_sig, dram_pct, working_set_bytes
-    FROM _ncu_demand
+    SELECT run_id, device_id, sig, dram_pct, working_set_bytes FROM _ncu_demand
 )
 SELECT a.run_id, a.device_id, a.activity_id, a.start_ns, a.end_ns,
        coalesce(r.dram_pct, p.dram_pct, a.estimate, 0) AS dram_pct, p.working_set_bytes
 FROM acts a LEFT JOIN rates r USING (run_id, device_id, sig)
-LEFT JOIN profiled p USING (run_id, device_id, kernel_sig)
+LEFT JOIN profiled p USING (run_id, device_id, sig)

@@ -12,7 +12,6 @@
 --   compute_ns    HUGEINT  time with a non-communication kernel active, up to t (ns)
 --   compute2_ns   HUGEINT  time with two or more non-communication kernels active, up to t (ns)
 --   comm_compute_ns HUGEINT time with communication and a compute kernel active together, up to t (ns)
---   any2_ns       HUGEINT  time with a compute kernel and any other activity active, up to t (ns)
 --   all2_ns       HUGEINT  time with two or more activities of any kind active, up to t (ns)
 --   sm_comm       HUGEINT  integral of min(SM count, SMs held by communication kernels), up to t (SM·ns)
 --   sm_compute    HUGEINT  integral of SMs held by non-communication kernels, up to t (SM·ns)
@@ -46,8 +45,6 @@ SELECT run_id, device_id, t,
        coalesce(sum(len * (n_comp > 0)::INT) OVER before, 0)::HUGEINT AS compute_ns,
        coalesce(sum(len * (n_comp > 1)::INT) OVER before, 0)::HUGEINT AS compute2_ns,
        coalesce(sum(len * (n_comm > 0 AND n_comp > 0)::INT) OVER before, 0)::HUGEINT AS comm_compute_ns,
-       coalesce(sum(len * (n_comp > 0 AND (n_comm > 0 OR n_copy > 0 OR n_comp > 1))::INT) OVER before, 0)::HUGEINT
-           AS any2_ns,
        coalesce(sum(len * (n_comm + n_copy + n_comp > 1)::INT) OVER before, 0)::HUGEINT AS all2_ns,
        coalesce(sum(len::HUGEINT * sm_comm) OVER before, 0)::HUGEINT AS sm_comm,
        coalesce(sum(len::HUGEINT * sm_comp) OVER before, 0)::HUGEINT AS sm_compute

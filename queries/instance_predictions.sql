@@ -74,9 +74,7 @@ WITH pool AS (
            t.memory_bound_frac, t.dram_busy_frac, t.footprint_min_pct, t.cache_extra_min
     FROM instance_facts i JOIN _instance_baselines b USING (run_id, activity_id)
     LEFT JOIN pool p USING (pool_id)
-    LEFT JOIN _ncu_demand n ON i.activity = 'kernel' AND n.run_id = i.run_id AND n.device_id = i.device_id
-         AND n.name = i.name AND n.grid = i.grid AND n.block = i.block
-         AND n.dynamic_smem_bytes IS NOT DISTINCT FROM i.dynamic_smem_bytes
+    LEFT JOIN _ncu_demand n ON n.run_id = i.run_id AND n.device_id = i.device_id AND n.sig = i.sig
     LEFT JOIN _device_calibration c ON c.run_id = i.run_id AND c.device_id = i.device_id
     LEFT JOIN devices d ON d.run_id = i.run_id AND d.device_id = i.device_id
     CROSS JOIN _thresholds t

@@ -66,7 +66,7 @@ class Attribution:
 
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        (out / "attribution.json").write_text(json.dumps(self.to_json(), indent=1, default=str, sort_keys=False))
+        (out / "attribution.json").write_text(json.dumps(self.to_json(), indent=1, default=str))
         pq.write_table(self.kernels, out / "kernels.parquet")
         pq.write_table(self.summary, out / "summary.parquet")
 
@@ -174,7 +174,6 @@ def attribute(inputs: list[str | Path] | str | Path, *, baseline: str | Path | N
 def _external(con: duckdb.DuckDBPyConnection, baseline: Path | None, workdir: Path) -> External | None:
     """Isolated durations from elsewhere for signatures the trace never ran alone: a baseline run's isolated
     instances (``--baseline``; then every signature takes its baseline from there), else Nsight Compute's."""
-    durations: dict = {}
     if baseline is not None:
         bcon = store.connect(_as_store([baseline], workdir))
         try:
@@ -191,10 +190,8 @@ def _external(con: duckdb.DuckDBPyConnection, baseline: Path | None, workdir: Pa
         durations = {(gpu, int(sig)): ("baseline run", np.array(d, dtype=float)) for gpu, sig, d in rows}
         return External(durations, replace=True)
     # Nsight Compute's isolated duration of the same kernel (exact launch configuration), for what never ran alone
-    rows = con.sql("""SELECT d.name, hash('kernel', m.name, m.grid, m.block, m.dynamic_smem_bytes, NULL::BIGINT),
-                             m.duration_ns
-                      FROM ncu_match m JOIN devices d USING (run_id, device_id)
-                      WHERE m.match = 'exact' AND m.duration_ns > 0""").fetchall()
+    rows = con.sql("""SELECT d.name, n.sig, n.duration_ns FROM _ncu_demand n JOIN devices d USING (run_id, device_id)
+                      WHERE n.duration_ns > 0""").fetchall()
     durations = {(gpu, int(sig)): ("ncu", np.array([dur], dtype=float)) for gpu, sig, dur in rows}
     return External(durations, replace=False) if durations else None
 

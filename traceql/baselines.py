@@ -98,7 +98,6 @@ def _modes(x: np.ndarray) -> np.ndarray:
         if x[labels == nxt].min() - x[labels == prev].max() > MODE_MIN_GAP_NS:
             current += 1
         merged[nxt] = current
-    merged.setdefault(order[0], 0)
     return np.array([merged.get(v, -1) for v in labels])
 
 

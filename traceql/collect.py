@@ -108,8 +108,8 @@ def environment_labels(cmd: list[str]) -> dict[str, str]:
                                   capture_output=True, text=True, timeout=30)
         except (OSError, subprocess.TimeoutExpired):
             done = None
-        rows = [line.split(",", 1) for line in (done.stdout.splitlines() if done and done.returncode == 0 else [])]
-        rows = [(d.strip(), n.strip()) for d, *rest in rows if rest for n in rest]
+        lines = done.stdout.splitlines() if done is not None and done.returncode == 0 else []
+        rows = [(d.strip(), n.strip()) for d, sep, n in (line.partition(",") for line in lines) if sep]
         if rows:
             labels["driver"] = rows[0][0]
             labels["gpus"] = ";".join(n for _, n in rows)
