@@ -5,14 +5,16 @@ Exit codes (see :mod:`traceql.errors`): 0 ok, 1 flagged by a gate, 2 bad usage o
 
 from __future__ import annotations
 
+import contextlib
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from . import __version__
-from .errors import EXIT_BAD_INPUT, EXIT_FLAGGED, TraceqlError
+from .errors import EXIT_BAD_INPUT, EXIT_FLAGGED, Interrupted, TraceqlError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Attribute the slowdown of compute kernels overlapped with communication, from Nsight traces.")
@@ -24,6 +26,15 @@ OnError = Annotated[str, typer.Option(help="What to do with a bad input among ma
 
 def _err(msg: str) -> None:
     typer.echo(f"traceql: {msg}", err=True)
+
+
+@contextlib.contextmanager
+def _ctrl_c(what: str) -> Iterator[None]:
+    """Ctrl-C during a command: a short message and exit code 130 (typer would exit silently)."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        raise Interrupted(f"interrupted; {what}") from None
 
 
 def _version(value: bool) -> None:
@@ -68,8 +79,9 @@ def ingest(
         for warning in result.warnings:
             _err(f"warning: {warning}")
 
-    do_ingest(traces, out, require_kernels=not allow_no_kernels, labels=labels, jobs=jobs, on_error=on_error,
-              progress=progress)
+    with _ctrl_c("the runs ingested before it are kept, none half-written"):
+        do_ingest(traces, out, require_kernels=not allow_no_kernels, labels=labels, jobs=jobs, on_error=on_error,
+                  progress=progress)
     typer.echo(str(out))
     if failed:
         raise typer.Exit(EXIT_BAD_INPUT)
@@ -81,10 +93,13 @@ def sql(
     query: Annotated[str, typer.Option("-q", "--query", help="SQL to run; or give it as the last argument.")] = "",
     fmt: Annotated[str, typer.Option("--format", "-f", help="table, csv, json or parquet.")] = "table",
     output: Annotated[Path | None, typer.Option("-o", "--output", help="Write here instead of stdout.")] = None,
+    allow_files: Annotated[bool, typer.Option(help="Let the SQL read and write files (COPY, read_csv, ATTACH...); "
+                                                   "by default it reads the run store's tables only.")] = False,
 ) -> None:
     """Run SQL over one or more run directories: one view per table, rows tagged with run_id.
 
-    The query is the last argument (or -q): `traceql sql RUN "SELECT count(*) FROM kernels"`.
+    The query is the last argument (or -q): `traceql sql RUN "SELECT count(*) FROM kernels"`. It reads the
+    run store's tables and views and no other file, and writes none, unless --allow-files. Ctrl-C stops it (exit 130).
     """
     from .sqlcmd import run_sql
 
@@ -93,7 +108,7 @@ def sql(
             raise TraceqlErrorUsage("give a query: traceql sql RUN_DIR... \"SELECT ...\"")
         *dirs, query = run_dirs
         run_dirs, query = dirs, str(query)
-    run_sql(run_dirs, query, fmt, output, sys.stdout)
+    run_sql(run_dirs, query, fmt, output, sys.stdout, allow_files=allow_files)
 
 
 @app.command()
@@ -123,9 +138,10 @@ def attribute(
 
     if fmt not in ("table", "json", "csv"):
         raise TraceqlErrorUsage(f"--format {fmt!r}: choose table, json or csv")
-    result = do_attribute(inputs, baseline=baseline, ncu=ncu, group_by_nvtx=group_by_nvtx, focus=focus)
-    if out_dir is not None:
-        result.write(out_dir)
+    with _ctrl_c("nothing was written"):
+        result = do_attribute(inputs, baseline=baseline, ncu=ncu, group_by_nvtx=group_by_nvtx, focus=focus)
+        if out_dir is not None:
+            result.write(out_dir)
     sys.stdout.write(render_attribution(result, fmt, limit))
     if max_slowdown is not None:
         worst = [r for r in result.summary.to_pylist()
@@ -150,8 +166,9 @@ def report(
 
     from .report import report as do_report
 
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  transient=True, console=_stderr_console()) as bar:
+    with _ctrl_c(f"{out} was not written"), Progress(TextColumn("{task.description}"), BarColumn(),
+                                                    MofNCompleteColumn(), TimeElapsedColumn(), transient=True,
+                                                    console=_stderr_console()) as bar:
         task = bar.add_task("runs", total=None)
 
         def progress(done: int, total: int, run: str, error: str | None) -> None:
@@ -308,8 +325,8 @@ def main() -> None:
         sys.exit(exc.exit_code)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
-    except typer.Abort:
-        _err("aborted")
+    except (typer.Abort, KeyboardInterrupt):
+        _err("interrupted")
         sys.exit(130)
     except _click_errors() as exc:  # usage errors, raised by the click that typer carries
         if type(exc).__name__ != "NoArgsIsHelpError":  # help was printed already

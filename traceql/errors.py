@@ -1,7 +1,7 @@
 """Errors and exit codes, mapped in one place.
 
 Exit codes: 0 ok; 1 the analysis found what it was asked to flag (a gate); 2 bad usage or bad
-input (a file that is not an export, a missing table, an unknown schema version, no nsys).
+input (a file that is not an export, a missing table, an unknown schema version, no nsys); 130 Ctrl-C.
 Every library error subclasses :class:`TraceqlError` and the builtin it resembles, so callers
 can catch either.
 """
@@ -11,6 +11,7 @@ from __future__ import annotations
 EXIT_OK = 0
 EXIT_FLAGGED = 1
 EXIT_BAD_INPUT = 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT: Ctrl-C
 
 
 class TraceqlError(Exception):
@@ -37,3 +38,9 @@ class SchemaVersionError(BadInputError):
 
 class UsageError(TraceqlError, ValueError):
     """Contradictory or invalid options."""
+
+
+class Interrupted(TraceqlError):
+    """The user pressed Ctrl-C; the work stopped and left nothing half-written."""
+
+    exit_code = EXIT_INTERRUPTED

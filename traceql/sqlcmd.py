@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
+import re
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
 from pathlib import Path
 from typing import TextIO
 
@@ -13,30 +19,89 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from .analysis import needs_prepare, prepare
-from .errors import BadInputError, UsageError
-from .store import connect
+from .errors import BadInputError, Interrupted, UsageError
+from .queries_loader import query_files
+from .store import connect, lock_files
 
 FORMATS = ("table", "csv", "json", "parquet")
+INTERRUPT_WAIT_S = 5.0  # after Ctrl-C, how long DuckDB gets to stop before traceql exits anyway
 
 
-def query(run_dirs: list[Path], sql: str) -> pa.Table:
-    con = connect(run_dirs)
+def query(run_dirs: list[Path], sql: str, *, allow_files: bool = False) -> pa.Table:
+    """The result of ``sql`` over the run directories' tables (and the analysis views).
+
+    Unless ``allow_files``, the query can read the store's tables through their views and nothing else: no file
+    is read, written or listed (see :func:`traceql.store.lock_files`). Ctrl-C stops the work within moments
+    (:class:`traceql.errors.Interrupted` is raised once DuckDB has stopped).
+    """
+    cons: list[duckdb.DuckDBPyConnection] = []
+
+    def work() -> pa.Table:
+        con = duckdb.connect()
+        cons.append(con)
+        try:
+            connect(run_dirs, con, views=needs_views(sql))
+            if needs_prepare(sql):  # the views over baselines need them computed first
+                prepare(con)
+            if not allow_files:
+                lock_files(con)
+            return con.sql(sql).to_arrow_table()
+        except duckdb.PermissionException as exc:
+            raise BadInputError(f"query refused: {exc}; SQL reads the run store's tables and views only (give "
+                                "--allow-files to let it read and write files)") from exc
+        except duckdb.InterruptException:
+            raise Interrupted("interrupted: the query was stopped") from None
+        except duckdb.Error as exc:
+            raise BadInputError(f"query failed: {exc}") from exc
+        finally:
+            con.close()
+
+    return _interruptible(work, cons)
+
+
+def needs_views(sql: str) -> bool:
+    """Whether ``sql`` names a view of ``queries/`` (creating them all costs seconds; a query of the tables alone
+    does without)."""
+    return any(re.search(rf"\b{re.escape(name.removesuffix('.sql'))}\b", sql, re.IGNORECASE)
+               for name, _ in query_files())
+
+
+def _interruptible(work: Callable[[], pa.Table], cons: list[duckdb.DuckDBPyConnection]) -> pa.Table:
+    """Run ``work`` in a thread, so that Ctrl-C in this one interrupts DuckDB (which keeps the signal waiting
+    otherwise, for as long as a statement runs) on the connections in ``cons``."""
+    done: Future[pa.Table] = Future()
+
+    def target() -> None:
+        try:
+            done.set_result(work())
+        except BaseException as exc:  # handed to the waiting thread
+            done.set_exception(exc)
+
+    threading.Thread(target=target, name="traceql-sql", daemon=True).start()
     try:
-        if needs_prepare(sql):  # the views over baselines need them computed first
-            prepare(con)
-        return con.sql(sql).to_arrow_table()
-    except duckdb.Error as exc:
-        raise BadInputError(f"query failed: {exc}") from exc
-    finally:
-        con.close()
+        while True:
+            try:
+                return done.result(timeout=0.2)
+            except TimeoutError:
+                continue
+    except KeyboardInterrupt:
+        deadline = time.monotonic() + INTERRUPT_WAIT_S
+        while not done.done() and time.monotonic() < deadline:
+            for con in cons:  # again and again: the work may go on to its next statement
+                with contextlib.suppress(duckdb.Error):
+                    con.interrupt()
+            with contextlib.suppress(Exception):  # a timeout, or the interrupted work's error
+                done.result(timeout=0.1)
+        raise Interrupted("interrupted: the query was stopped") from None
 
 
-def run_sql(run_dirs: list[Path], sql: str, fmt: str, output: Path | None, stdout: TextIO) -> None:
+def run_sql(run_dirs: list[Path], sql: str, fmt: str, output: Path | None, stdout: TextIO, *,
+            allow_files: bool = False) -> None:
     if fmt not in FORMATS:
         raise UsageError(f"--format {fmt!r}: choose one of {', '.join(FORMATS)}")
     if fmt == "parquet" and output is None:
         raise UsageError("--format parquet needs -o FILE")
-    result = query(run_dirs, sql)
+    result = query(run_dirs, sql, allow_files=allow_files)
     if fmt == "parquet":
         pq.write_table(result, output)
         return

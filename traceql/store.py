@@ -186,9 +186,12 @@ def connect(run_dirs: Sequence[str | Path] | str | Path, con: duckdb.DuckDBPyCon
                 files[table].append(f)
     for rid, dirs in twice.items():
         print(f"traceql: note: run {rid} is in {', '.join(map(str, dirs))}; it is read once", file=sys.stderr)
+    con.execute("CREATE OR REPLACE TEMP TABLE _store_files (table_name VARCHAR, path VARCHAR)")
     for table, paths in files.items():
         for p in paths:  # every file: one of another schema version must not be read silently (footers only)
             schema.check_file(p)
+        if paths:  # what lock_files() keeps readable
+            con.executemany("INSERT INTO _store_files VALUES (?, ?)", [(table, str(p)) for p in paths])
         if paths:
             sources = "[" + ", ".join(_sql_str(str(p)) for p in paths) + "]"
             con.execute(f'CREATE OR REPLACE VIEW "{table}" AS SELECT * FROM read_parquet({sources})')
@@ -200,3 +203,21 @@ def connect(run_dirs: Sequence[str | Path] | str | Path, con: duckdb.DuckDBPyCon
 
         create_views(con)
     return con
+
+
+def lock_files(con: duckdb.DuckDBPyConnection) -> None:
+    """Close ``con`` to the file system for the SQL that comes next (users' queries).
+
+    The store's tables stay readable: their views become Arrow scans of the same files, which pyarrow opens, not
+    DuckDB. Then DuckDB's external access goes off and its configuration is locked, so SQL can no longer read,
+    write or list any file (``COPY ... TO``, ``read_text``, ``read_csv``), attach a database or load an extension,
+    nor turn the setting back on. Call it after what needs files (:func:`connect`, ``analysis.prepare``).
+    """
+    import pyarrow.dataset as ds
+
+    rows = con.sql("SELECT table_name, list(path ORDER BY path) FROM _store_files GROUP BY ALL").fetchall()
+    for table, paths in rows:
+        con.register(f"_files_{table}", ds.dataset(paths, schema=schema.TABLES[table], format="parquet"))
+        con.execute(f'CREATE OR REPLACE VIEW "{table}" AS SELECT * FROM "_files_{table}"')
+    con.execute("SET enable_external_access = false")
+    con.execute("SET lock_configuration = true")
