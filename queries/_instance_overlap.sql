@@ -9,8 +9,8 @@
 --   compute_overlap_ns  BIGINT   time overlapped by other non-communication kernels (ns)
 --   copy_overlap_ns     BIGINT   time overlapped by other copies and sets on the device (ns)
 --   overlap_ns          BIGINT   time overlapped by any other activity (ns)
---   corunner_sm_ns      HUGEINT  integral of the SMs held by other kernels over the activity (SM·ns)
---   comm_sm_ns          HUGEINT  the same, communication kernels only (SM·ns)
+--   corunner_sm_ns      BIGINT   integral of the SMs held by other kernels over the activity (SM·ns)
+--   comm_sm_ns          BIGINT   the same, communication kernels only (SM·ns)
 --   sm_count            INTEGER  SMs on the device
 SELECT a.run_id, a.device_id, a.activity_id,
        CASE WHEN a.corunner_kind = 'comm' THEN e.comm2_ns - s.comm2_ns ELSE e.comm_ns - s.comm_ns END::BIGINT
@@ -21,10 +21,10 @@ SELECT a.run_id, a.device_id, a.activity_id,
            AS copy_overlap_ns,
        (e.all2_ns - s.all2_ns)::BIGINT AS overlap_ns,
        -- the activity's own SMs leave the integral; communication SMs are capped at the SM count as a whole
-       greatest(0, (e.sm_comm - s.sm_comm) + (e.sm_compute - s.sm_compute) - a.sm_held * a.dur_ns)::HUGEINT
+       greatest(0, (e.sm_comm - s.sm_comm) + (e.sm_compute - s.sm_compute) - a.sm_held * a.dur_ns)::BIGINT
            AS corunner_sm_ns,
        greatest(0, (e.sm_comm - s.sm_comm)
-                   - CASE WHEN a.corunner_kind = 'comm' THEN a.sm_held * a.dur_ns ELSE 0 END)::HUGEINT AS comm_sm_ns,
+                   - CASE WHEN a.corunner_kind = 'comm' THEN a.sm_held * a.dur_ns ELSE 0 END)::BIGINT AS comm_sm_ns,
        d.sm_count
 FROM _activities a
 JOIN _activity_steps s ON s.run_id = a.run_id AND s.device_id = a.device_id AND s.t = a.start_ns

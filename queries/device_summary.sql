@@ -16,9 +16,7 @@
 --   compute_kernels       BIGINT   compute kernel instances
 --   overlapped_kernels    BIGINT   of those, overlapped by any other activity
 WITH totals AS (
-    SELECT run_id, device_id, arg_max(compute_ns, t) AS compute_ns, arg_max(comm_ns, t) AS comm_ns,
-           arg_max(comm_compute_ns, t) AS overlap_ns
-    FROM _activity_steps GROUP BY ALL
+    SELECT * FROM _device_unions
 ), inst AS (
     -- compute: every kernel that is not communication; t0 per instance (NULL in groups left out as conflated)
     SELECT i.*, b.t0_ns

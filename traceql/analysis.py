@@ -1,6 +1,7 @@
 """Prepare a connection for the analysis views: compute the shared views once, then the baselines.
 
-The views of ``queries/`` up to ``instance_facts`` are plain SQL. Baselines and their intervals
+The views of ``queries/`` up to ``instance_facts`` are plain SQL, except the interval sweeps, which the engine
+(``traceql.engine``) computes exactly in numpy and registers under the same names. Baselines and their intervals
 (``traceql.baselines``) are computed in Python from ``instance_facts``; the views above them
 (``kernel_signatures``, ``kernel_attribution``, ``device_summary``) read the result. ``prepare`` runs the
 whole chain; ``attribute``, ``report`` and ``traceql sql`` call it, and notebooks can too.
@@ -12,12 +13,15 @@ import re
 
 import duckdb
 
-from . import baselines
+from . import baselines, engine
 from .queries_loader import materialize
 
-# computed once, upstream first: each is read by several views downstream
-UPSTREAM = ("_metric_samples", "_activities", "_activity_steps", "_instance_overlap", "_instance_metrics",
-            "_activity_dram", "_corunner_dram", "_activity_occurrence", "instance_facts")
+# computed once, upstream first: each is read by several views downstream; the engine's stages replace theirs
+UPSTREAM = ("_activities", "_instance_overlap", "_instance_metrics", "_activity_dram", "_corunner_dram",
+            "_activity_occurrence", "instance_facts")
+# the reference SQL of the engine's stages, computed once when prepare(engine="sql")
+SQL_STAGES = {"_instance_overlap": ("_activity_steps", "_instance_overlap", "_device_unions"),
+              "_instance_metrics": ("_metric_samples", "_instance_metrics")}
 DOWNSTREAM = ("_device_calibration", "kernel_signatures", "instance_predictions", "kernel_attribution",
               "device_summary")
 # views that read the baselines: a query that names one of them needs prepare()
@@ -49,9 +53,17 @@ def group_by_nvtx(con: duckdb.DuckDBPyConnection, pattern: str) -> None:
     con.execute(NVTX_GROUPS_SQL)
 
 
-def prepare(con: duckdb.DuckDBPyConnection, external: baselines.External | None = None) -> None:
-    """Compute instance facts, baselines and the views over them on ``con`` (after NVTX grouping, if any)."""
-    materialize(con, UPSTREAM)
+def prepare(con: duckdb.DuckDBPyConnection, external: baselines.External | None = None,
+            sweeps: str = "engine") -> None:
+    """Compute instance facts, baselines and the views over them on ``con`` (after NVTX grouping, if any).
+
+    ``sweeps="sql"`` evaluates the reference SQL of the engine's stages instead (for comparisons).
+    """
+    for view in UPSTREAM:
+        if sweeps == "engine" and view in engine.STAGES:
+            engine.STAGES[view](con)
+        else:
+            materialize(con, SQL_STAGES.get(view, (view,)))
     baselines.register(con, external)
     materialize(con, DOWNSTREAM)
 

@@ -1,0 +1,120 @@
+"""The numpy engine (traceql.engine) against the reference SQL of the views it replaces, and against brute force.
+
+On every bundled real trace, ``prepare`` with the engine and ``prepare(sweeps="sql")`` must give the same tables:
+integers (ns, SM·ns, sample counts) exactly, averages to floating-point rounding. Random layouts check the sweep
+itself against a count of unit time cells (the reference of tests/test_intervals_property.py).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from conftest import DATA
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_intervals_property import KINDS, S, _reference, activity
+
+import traceql
+from traceql import analysis
+from traceql.engine import sweeps
+
+TABLES = {
+    "_instance_overlap": ("activity_id", "comm_overlap_ns", "compute_overlap_ns", "copy_overlap_ns", "overlap_ns",
+                          "corunner_sm_ns", "comm_sm_ns", "sm_count"),
+    "_device_unions": ("device_id", "compute_ns", "comm_ns", "overlap_ns"),
+    "_instance_metrics": ("activity_id", "samples", "sm_active_pct", "dram_pct", "gpc_clock_mhz", "nvlink_pct",
+                          "pcie_pct"),
+    "_corunner_dram": ("activity_id", "own_dram_pct", "co_dram_pct", "co_working_set_bytes"),
+    "instance_facts": ("activity_id", "comm_overlap_ns", "corunner_sms", "sm_share", "dram_pct", "co_dram_pct",
+                       "samples", "cycles"),
+    "kernel_attribution": ("group_id", "name", "grid", "n", "t0_ns", "t1_ns", "slowdown", "predicted", "class",
+                           "reason"),
+    "device_summary": ("device_id", "nvtx", "compute_ns", "comm_ns", "overlap_ns", "compute_slowdown"),
+}
+
+
+def _rows(run, sweeps_mode: str) -> dict[str, list[tuple]]:
+    con = traceql.connect(run)
+    analysis.prepare(con, sweeps=sweeps_mode)
+    out = {}
+    for table, cols in TABLES.items():
+        names = ", ".join(f'"{c}"' for c in cols)
+        out[table] = con.sql(f"SELECT run_id, {names} FROM {table} ORDER BY ALL").fetchall()
+    con.close()
+    return out
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, float) and isinstance(b, float):
+        return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9) or (math.isnan(a) and math.isnan(b))
+    return a == b
+
+
+def _assert_same(run) -> None:
+    engine, reference = _rows(run, "engine"), _rows(run, "sql")
+    for table in TABLES:
+        got, want = engine[table], reference[table]
+        assert len(got) == len(want), table
+        if table != "_instance_metrics":  # traces without GPU metrics have no rows there
+            assert got, table
+        for g, w in zip(got, want, strict=True):
+            assert all(_same(x, y) for x, y in zip(g, w, strict=True)), (table, g, w)
+
+
+def test_engine_equals_reference_known_cause(known_cause_run):
+    _assert_same(known_cause_run)
+
+
+@pytest.mark.parametrize("fixture", ["overlap_run", "contention_sqlite_run", "train_ddp_run"])
+def test_engine_equals_reference(fixture, request):
+    _assert_same(request.getfixturevalue(fixture))
+
+
+def test_engine_equals_reference_suite():
+    """The bundled store: several runs at once, Nsight Compute profiles among them."""
+    _assert_same(DATA / "h200" / "suite")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(activity, min_size=1, max_size=12))
+def test_sweep_matches_brute_force(acts):
+    start = np.array([a[0] for a in acts], dtype=np.int64)
+    end = start + np.array([a[1] for a in acts], dtype=np.int64)
+    cls = np.array([{"compute": 1, "comm": 0, "peer": 0}.get(a[2], 2) for a in acts], dtype=np.int8)
+    sm = np.array([min(a[3], S) if a[2] in ("compute", "comm") else 0 for a in acts], dtype=np.int64)
+    res = sweeps.overlap(start, end, cls, sm, S)
+    want, device = _reference(acts)
+    for i, w in want.items():
+        dur = int(end[i] - start[i])
+        for col in ("comm_overlap_ns", "compute_overlap_ns", "copy_overlap_ns", "overlap_ns"):
+            assert res.per_activity[col][i] == w[col], (col, i, acts)
+        if dur:
+            assert res.per_activity["comm_sm_ns"][i] / dur / S == pytest.approx(w["comm_sm_share"])
+            assert min(1.0, res.per_activity["corunner_sm_ns"][i] / dur / S) == pytest.approx(w["sm_share"])
+    assert res.totals == {k: device[k] for k in ("compute_ns", "comm_ns", "overlap_ns")}
+    assert set(KINDS) >= {a[2] for a in acts}
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 30), st.one_of(st.none(), st.floats(0, 100))), min_size=1, max_size=15,
+                unique_by=lambda s: s[0]),
+       st.lists(st.tuples(st.integers(0, 30), st.integers(0, 10)), min_size=1, max_size=10))
+def test_sample_means_match_brute_force(samples, intervals):
+    samples = sorted(samples)
+    ts = np.array([t for t, _ in samples], dtype=np.int64)
+    values = np.array([np.nan if v is None else v for _, v in samples])
+    start = np.array([s for s, _ in intervals], dtype=np.int64)
+    end = start + np.array([d for _, d in intervals], dtype=np.int64)
+    means, counts = sweeps.sample_means(ts, values, start, end)
+    for i, (s, d) in enumerate(intervals):
+        inside = [v for t, v in samples if s < t <= s + d and v is not None]
+        before = [v for t, v in samples if t <= s]
+        assert counts[i] == len(inside)
+        if inside:
+            assert means[i] == pytest.approx(sum(inside) / len(inside))
+        elif before and before[-1] is not None:
+            assert means[i] == before[-1]
+        else:
+            assert np.isnan(means[i])

@@ -1,0 +1,161 @@
+"""The attribution's interval sweeps, run as exact integer numpy code and registered into DuckDB.
+
+DuckDB stays the query layer: the engine reads its inputs from views of ``queries/`` and writes each result as a
+table under the name of the view it replaces, so every view above it (and users' SQL) reads it unchanged.
+Each (run, device) is swept on its own, the devices of a store in parallel threads (numpy releases the GIL in
+its sorts and cumulative sums).
+
+Replaced views, with their reference SQL kept in ``queries/`` (the same definitions, evaluated by DuckDB when
+a connection is queried without ``traceql.analysis.prepare``; ``tests/test_engine.py`` compares the two):
+
+- ``_instance_overlap``: per activity, the exact overlap by each co-runner class and the co-runners' SM·ns;
+- ``_device_unions``: per device, the unions of compute, communication and both;
+- ``_instance_metrics``: per activity, the nsys GPU metrics averaged over the samples inside it;
+- ``_corunner_dram``: per activity, the isolated DRAM demand its co-runners bring while overlapping it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+
+from ..queries_loader import materialize
+from . import sweeps
+
+METRICS = ("sm_active_pct", "dram_pct", "gpc_clock_mhz", "nvlink_pct", "pcie_pct")
+
+
+def _groups(con: duckdb.DuckDBPyConnection, table: str) -> list[tuple[str, int]]:
+    return con.sql(f"SELECT DISTINCT run_id, device_id FROM {table} ORDER BY ALL").fetchall()
+
+
+def _fetch(con: duckdb.DuckDBPyConnection, sql: str, key: tuple[str, int]) -> dict[str, np.ndarray]:
+    return con.execute(sql, list(key)).fetchnumpy()
+
+
+def _run_col(key: tuple[str, int], n: int) -> list[pa.Array]:
+    run = pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, dtype=np.int32)), pa.array([key[0]]))
+    return [run, pa.array(np.full(n, key[1], dtype=np.int32))]
+
+
+def _publish(con: duckdb.DuckDBPyConnection, view: str, tables: list[pa.Table], schema: pa.Schema) -> None:
+    """Store the result as the table that ``view`` now reads (the naming of ``queries_loader.materialize``)."""
+    table = pa.concat_tables(tables) if tables else schema.empty_table()
+    name = f"_engine_{view}"
+    con.register(name, table)
+    try:
+        con.execute(f'CREATE OR REPLACE TEMP TABLE "_materialized_{view}" AS SELECT * FROM "{name}"')
+    finally:
+        con.unregister(name)
+    con.execute(f'CREATE OR REPLACE VIEW "{view}" AS SELECT * FROM temp."_materialized_{view}"')
+
+
+def _map(fetch: Callable[[tuple[str, int]], dict], work: Callable[[tuple[str, int], dict], pa.Table],
+         keys: list[tuple[str, int]]) -> Iterator[pa.Table]:
+    """Fetch each group on the calling thread (one DuckDB connection), sweep the groups in parallel threads."""
+    workers = max(1, min(len(keys), os.cpu_count() or 1))
+    with ThreadPoolExecutor(workers) as pool:
+        futures = [pool.submit(work, key, fetch(key)) for key in keys]
+        for f in futures:
+            yield f.result()
+
+
+OVERLAP_SCHEMA = pa.schema([("run_id", pa.string()), ("device_id", pa.int32()), ("activity_id", pa.int64()),
+                            ("comm_overlap_ns", pa.int64()), ("compute_overlap_ns", pa.int64()),
+                            ("copy_overlap_ns", pa.int64()), ("overlap_ns", pa.int64()),
+                            ("corunner_sm_ns", pa.int64()), ("comm_sm_ns", pa.int64()), ("sm_count", pa.int32())])
+UNIONS_SCHEMA = pa.schema([("run_id", pa.string()), ("device_id", pa.int32()), ("compute_ns", pa.int64()),
+                          ("comm_ns", pa.int64()), ("overlap_ns", pa.int64())])
+
+
+def _overlaps(con: duckdb.DuckDBPyConnection) -> None:
+    sm_counts = dict(((r, d), s) for r, d, s in con.sql("SELECT run_id, device_id, sm_count FROM devices").fetchall())
+    sql = """SELECT activity_id, start_ns, end_ns, sm_held,
+                    CASE corunner_kind WHEN 'comm' THEN 0 WHEN 'compute' THEN 1 ELSE 2 END::TINYINT AS cls
+             FROM _activities WHERE run_id = $1 AND device_id = $2"""
+    unions: dict[tuple[str, int], pa.Table] = {}
+
+    def work(key, a):
+        sm_count = sm_counts.get(key)
+        res = sweeps.overlap(a["start_ns"], a["end_ns"], a["cls"], np.ma.filled(a["sm_held"], 0), sm_count)
+        n = len(a["activity_id"])
+        unions[key] = pa.table([*_run_col(key, 1), *(pa.array([v], pa.int64()) for v in res.totals.values())],
+                               names=UNIONS_SCHEMA.names)
+        cols = [pa.array(a["activity_id"]), *(pa.array(res.per_activity[c]) for c in OVERLAP_SCHEMA.names[3:9]),
+                pa.array(np.full(n, sm_count if sm_count is not None else 0, dtype=np.int32),
+                         mask=np.full(n, sm_count is None))]
+        return pa.table([*_run_col(key, n), *cols], names=OVERLAP_SCHEMA.names)
+
+    keys = _groups(con, "_activities")
+    _publish(con, "_instance_overlap", list(_map(lambda k: _fetch(con, sql, k), work, keys)), OVERLAP_SCHEMA)
+    _publish(con, "_device_unions", [unions[k] for k in keys], UNIONS_SCHEMA)
+
+
+METRICS_SCHEMA = pa.schema([("run_id", pa.string()), ("device_id", pa.int32()), ("activity_id", pa.int64()),
+                            ("samples", pa.int64()), *((m, pa.float64()) for m in METRICS)])
+
+
+def _metrics(con: duckdb.DuckDBPyConnection) -> None:
+    samples_sql = f"""SELECT ts_ns, {', '.join(f'{m}::DOUBLE AS {m}' for m in METRICS)}
+                      FROM _metric_wide WHERE run_id = $1 AND device_id = $2 ORDER BY ts_ns"""
+    acts_sql = "SELECT activity_id, start_ns, end_ns FROM _activities WHERE run_id = $1 AND device_id = $2"
+    materialize(con, ("_metric_wide",))  # read once per device below
+
+    def fetch(key):
+        s = _fetch(con, samples_sql, key)
+        return {"samples": {k: np.ma.filled(v, np.nan) if k != "ts_ns" else v for k, v in s.items()},
+                "acts": _fetch(con, acts_sql, key)}
+
+    def work(key, d):
+        s, a = d["samples"], d["acts"]
+        means, counts = {}, []
+        for m in METRICS:
+            means[m], k = sweeps.sample_means(s["ts_ns"], s[m], a["start_ns"], a["end_ns"])
+            counts.append(k)
+        n = len(a["activity_id"])
+        cols = [pa.array(a["activity_id"]), pa.array(np.max(counts, axis=0) if n else np.zeros(0, np.int64)),
+                *(pa.array(means[m], from_pandas=True) for m in METRICS)]
+        return pa.table([*_run_col(key, n), *cols], names=METRICS_SCHEMA.names)
+
+    keys = [k for k in _groups(con, "_metric_wide") if k in set(_groups(con, "_activities"))]
+    _publish(con, "_instance_metrics", list(_map(fetch, work, keys)), METRICS_SCHEMA)
+
+
+CORUNNER_SCHEMA = pa.schema([("run_id", pa.string()), ("device_id", pa.int32()), ("activity_id", pa.int64()),
+                             ("own_dram_pct", pa.float64()), ("co_dram_pct", pa.float64()),
+                             ("co_working_set_bytes", pa.float64())])
+
+
+def _corunner_dram(con: duckdb.DuckDBPyConnection) -> None:
+    sql = """SELECT a.activity_id, a.start_ns, a.end_ns, a.dram_pct::DOUBLE AS dram_pct,
+                    a.working_set_bytes::DOUBLE AS working_set_bytes, o.overlap_ns
+             FROM _activity_dram a JOIN _instance_overlap o USING (run_id, device_id, activity_id)
+             WHERE a.run_id = $1 AND a.device_id = $2"""
+
+    def work(key, a):
+        start, end, over = a["start_ns"], a["end_ns"], a["overlap_ns"]
+        dur = end - start
+        rate = np.ma.filled(a["dram_pct"], 0.0)
+        ws_known = ~np.ma.getmaskarray(a["working_set_bytes"])
+        ws = np.ma.filled(a["working_set_bytes"], 0.0)
+        co_rate = np.maximum(0.0, sweeps.rate_over(start, end, rate))
+        co_ws = np.maximum(0.0, sweeps.rate_over(start, end, ws))
+        profiled_others = sweeps.count_over(start, end, ws_known) - ws_known * dur
+        with np.errstate(invalid="ignore", divide="ignore"):
+            co_dram = np.where(over > 0, co_rate / over, np.nan)
+            co_set = np.where((over > 0) & (profiled_others > 0), co_ws / over, np.nan)
+        n = len(start)
+        cols = [pa.array(a["activity_id"]), pa.array(rate), pa.array(co_dram, from_pandas=True),
+                pa.array(co_set, from_pandas=True)]
+        return pa.table([*_run_col(key, n), *cols], names=CORUNNER_SCHEMA.names)
+
+    keys = _groups(con, "_activity_dram")
+    _publish(con, "_corunner_dram", list(_map(lambda k: _fetch(con, sql, k), work, keys)), CORUNNER_SCHEMA)
+
+
+STAGES = {"_instance_overlap": _overlaps, "_instance_metrics": _metrics, "_corunner_dram": _corunner_dram}

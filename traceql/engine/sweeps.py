@@ -1,0 +1,149 @@
+"""Exact interval sweeps over one device's activities, in integer numpy.
+
+Every activity is a closed-open interval [start, end) in int64 ns with a class (``COMM``, ``COMPUTE``, ``COPY``)
+and the SMs it holds. The step functions of concurrency change only at activity boundaries, so the sweep sorts
+the distinct boundaries once, turns starts and ends into per-boundary deltas (``np.bincount``), and integrates each
+indicator up to every boundary with one cumulative sum. The integral over an activity is then the difference of
+two prefix values, found by the activity's boundary indices: O(n log n) for the sort, O(n) for everything else.
+No floating point enters the time and SM·ns integrals.
+
+These are the definitions of ``queries/_activity_steps.sql`` and ``queries/_instance_overlap.sql`` (kept as the
+reference SQL); ``tests/test_engine.py`` checks both against each other and against a brute-force count.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+COMM, COMPUTE, COPY = 0, 1, 2
+CLASS_CODES = {"comm": COMM, "compute": COMPUTE, "copy": COPY}
+
+
+@dataclass(frozen=True)
+class Boundaries:
+    """The distinct boundaries of a set of intervals and each interval's index into them."""
+    t: np.ndarray  # sorted distinct boundary times (int64)
+    i_start: np.ndarray  # index of each interval's start in t
+    i_end: np.ndarray  # index of each interval's end in t
+
+    @classmethod
+    def of(cls, start: np.ndarray, end: np.ndarray) -> Boundaries:
+        t, inverse = np.unique(np.concatenate([start, end]), return_inverse=True)
+        n = len(start)
+        return cls(t, inverse[:n], inverse[n:])
+
+    @property
+    def seg(self) -> np.ndarray:
+        """Length of the segment that starts at each boundary (the last one has length 0)."""
+        out = np.zeros(len(self.t), dtype=np.int64)
+        out[:-1] = np.diff(self.t)
+        return out
+
+    def level(self, weight: np.ndarray | None = None, mask: np.ndarray | None = None) -> np.ndarray:
+        """The step function sum(weight of intervals active) on each segment [t[k], t[k+1])."""
+        i_s, i_e = self.i_start, self.i_end
+        w = weight
+        if mask is not None:
+            i_s, i_e = i_s[mask], i_e[mask]
+            w = None if weight is None else weight[mask]
+        m = len(self.t)
+        if w is None:
+            delta = np.bincount(i_s, minlength=m).astype(np.int64) - np.bincount(i_e, minlength=m)
+        else:
+            delta = np.bincount(i_s, weights=w, minlength=m) - np.bincount(i_e, weights=w, minlength=m)
+            if w.dtype.kind in "iu":
+                # integer weights (SMs): bincount sums them in float64, exact below 2**53
+                delta = np.rint(delta).astype(np.int64)
+        return np.cumsum(delta)
+
+    def prefix(self, integrand: np.ndarray) -> np.ndarray:
+        """P[k] = integral of a step function (one value per segment) from t[0] to t[k]."""
+        out = np.zeros(len(self.t), dtype=np.result_type(integrand, np.int64))
+        np.cumsum((integrand * self.seg)[:-1], out=out[1:])
+        return out
+
+    def over(self, prefix: np.ndarray) -> np.ndarray:
+        """Each interval's integral of the step function whose prefix is ``prefix``."""
+        return prefix[self.i_end] - prefix[self.i_start]
+
+
+@dataclass(frozen=True)
+class DeviceOverlap:
+    per_activity: dict[str, np.ndarray]  # in input order
+    totals: dict[str, int]  # device-wide unions (ns)
+
+
+def overlap(start: np.ndarray, end: np.ndarray, cls: np.ndarray, sm_held: np.ndarray,
+            sm_count: int | None) -> DeviceOverlap:
+    """Per activity: time overlapped by each other class, by anything else, and the SM·ns co-runners held.
+
+    An activity is active over its own interval, so "another of my class" is "two or more of my class" there and
+    "anything else" is "two or more in all". Communication SMs are capped at the SM count as a whole.
+    """
+    b = Boundaries.of(start, end)
+    n = {c: b.level(mask=cls == c) for c in (COMM, COMPUTE, COPY)}
+    total = n[COMM] + n[COMPUTE] + n[COPY]
+    p1 = {c: b.prefix(n[c] > 0) for c in n}
+    p2 = {c: b.prefix(n[c] > 1) for c in n}
+
+    def by_own_class(c: int) -> np.ndarray:
+        return np.where(cls == c, b.over(p2[c]), b.over(p1[c]))
+
+    sm = sm_held.astype(np.int64)
+    sm_comm = b.level(sm, mask=cls == COMM)
+    if sm_count is not None:
+        sm_comm = np.minimum(sm_comm, sm_count)
+    sm_comp = b.level(sm, mask=cls == COMPUTE)
+    comm_sm = b.over(b.prefix(sm_comm))
+    own_sm = sm * (end - start)
+    per = {
+        "comm_overlap_ns": by_own_class(COMM),
+        "compute_overlap_ns": by_own_class(COMPUTE),
+        "copy_overlap_ns": by_own_class(COPY),
+        "overlap_ns": b.over(b.prefix(total > 1)),
+        "corunner_sm_ns": np.maximum(0, comm_sm + b.over(b.prefix(sm_comp)) - own_sm),
+        "comm_sm_ns": np.maximum(0, comm_sm - np.where(cls == COMM, own_sm, 0)),
+    }
+    last = -1
+    totals = {
+        "compute_ns": int(p1[COMPUTE][last]),
+        "comm_ns": int(p1[COMM][last]),
+        "overlap_ns": int(b.prefix((n[COMM] > 0) & (n[COMPUTE] > 0))[last]),
+    }
+    return DeviceOverlap(per, totals)
+
+
+def rate_over(start: np.ndarray, end: np.ndarray, rate: np.ndarray, exclude_own: bool = True) -> np.ndarray:
+    """Per interval, the integral over it of the summed ``rate`` of the intervals active (float), less its own."""
+    b = Boundaries.of(start, end)
+    integral = b.over(b.prefix(b.level(rate.astype(np.float64))))
+    if exclude_own:
+        integral = integral - rate * (end - start)
+    return integral
+
+
+def count_over(start: np.ndarray, end: np.ndarray, flag: np.ndarray) -> np.ndarray:
+    """Per interval, the integral over it of the number of flagged intervals active (int64 ns), itself included."""
+    b = Boundaries.of(start, end)
+    return b.over(b.prefix(b.level(mask=flag)))
+
+
+def sample_means(ts: np.ndarray, values: np.ndarray, start: np.ndarray, end: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """Mean of the samples in (start, end] per interval, else the last sample at or before start (NaN if none).
+
+    ``ts`` sorted; ``values`` NaN where the metric was not sampled. Returns (means, samples counted).
+    """
+    ok = ~np.isnan(values)
+    cum = np.zeros(len(ts) + 1)
+    np.cumsum(np.where(ok, values, 0.0), out=cum[1:])
+    cnt = np.zeros(len(ts) + 1, dtype=np.int64)
+    np.cumsum(ok, out=cnt[1:])
+    i0 = np.searchsorted(ts, start, side="right")
+    i1 = np.searchsorted(ts, end, side="right")
+    k = cnt[i1] - cnt[i0]
+    around = np.where(i0 > 0, values[np.maximum(i0 - 1, 0)], np.nan)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(k > 0, (cum[i1] - cum[i0]) / k, around), k
