@@ -22,7 +22,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from . import __version__, schema, store
+from . import __version__, schema, screen, store
 from .errors import BadInputError, MissingInputError, TraceqlError
 from .nsys.adapter import adapter_for
 from .nsys.locate import export_report
@@ -40,6 +40,7 @@ class RunInfo:
     tables: dict[str, int] = field(default_factory=dict)
     already: bool = False
     warnings: list[str] = field(default_factory=list)
+    repairs: dict[str, int] = field(default_factory=dict)  # odd rows dropped at ingest, by table.reason (screen.py)
 
     def manifest_entry(self) -> dict:
         """What the run store's manifest records of the run."""
@@ -165,7 +166,7 @@ class _Identity:
         if store.is_store(self.out) and run_id in (runs := store.read_manifest(self.out)["runs"]):
             info = runs[run_id]
             return RunInfo(run_id, info["source_path"], self.digest, info["format"], info.get("tables", {}),
-                           already=True)
+                           already=True, repairs=info.get("repairs", {}))
         return None
 
     def claim(self) -> str:
@@ -207,6 +208,8 @@ def _write_run(trace: Path, export: Path, fmt: str, ident: _Identity, tmp: Path,
             if not info.run_id:
                 info.run_id, info.sha256 = ident.claim(), ident.digest
             data = schema.empty(table).drop(["run_id"]) if data is None else data
+            data, dropped = screen.screen(table, data)
+            info.repairs.update(dropped)
             data = data.append_column("run_id", pa.repeat(pa.scalar(info.run_id, pa.string()), data.num_rows))
             schema.write(table, data, tmp / f"{table}.parquet")
             info.tables[table] = data.num_rows
@@ -228,6 +231,10 @@ def _write_run(trace: Path, export: Path, fmt: str, ident: _Identity, tmp: Path,
             put(table, None)
         info.tables["gpu_metrics"] = _write_streamed("gpu_metrics", adapter.gpu_metrics(), info.run_id,
                                                      tmp / "gpu_metrics.parquet")
+        info.repairs.update(adapter.dropped_samples())
+        if info.repairs:
+            info.warnings.append(f"{trace}: dropped {screen.describe(info.repairs)} (counted in the runs table's "
+                                 "repairs column)")
         if not any(info.tables[t] for t in EVENT_TABLES):
             raise BadInputError(f"{trace}: the trace holds no events (no kernels, copies, NVTX ranges, API calls "
                                 "or GPU metrics); was the program's work inside the collection range?")
@@ -244,6 +251,7 @@ def _write_run(trace: Path, export: Path, fmt: str, ident: _Identity, tmp: Path,
             "session_start_utc_ns": [start], "gpu_names": [gpu_names],
             "ingested_at": [dt.datetime.now(dt.UTC).isoformat(timespec="seconds")],
             "traceql_version": [__version__], "labels_json": [json.dumps(labels, sort_keys=True)],
+            "repairs": pa.array([sorted(info.repairs.items())], schema.TABLES["runs"].field("repairs").type),
         })
         schema.write("runs", runs, tmp / "runs.parquet")
         info.tables["runs"] = 1

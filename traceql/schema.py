@@ -37,7 +37,7 @@ _TABLES: dict[str, pa.Schema] = {
         ("run_id", s), ("source_path", s), ("source_sha256", s), ("source_bytes", i64), ("format", s),
         ("tool", s), ("tool_version", s), ("export_schema_version", s), ("host", s),
         ("session_start_utc_ns", i64), ("gpu_names", s), ("ingested_at", s), ("traceql_version", s),
-        ("labels_json", s),
+        ("labels_json", s), ("repairs", pa.map_(s, i64)),
     ),
     "devices": _schema(
         ("device_id", i32), ("name", s), ("uuid", s), ("bus_id", s), ("sm_count", i32), ("l2_bytes", i64),
@@ -94,7 +94,8 @@ TABLES: dict[str, pa.Schema] = {
 
 # What each table holds, for docs and `traceql schema`.
 DESCRIPTIONS = {
-    "runs": "one row per ingested trace: where it came from (path, sha256), the tool and export schema versions",
+    "runs": "one row per ingested trace: where it came from (path, sha256), the tool and export schema versions, "
+            "and `repairs`: odd rows dropped at ingest, counted by table.reason (NULL in runs ingested before)",
     "devices": "one row per physical GPU (device_id is the GPU's index on its host, not a per-process ordinal)",
     "processes": "one row per process of the trace; global_pid keeps per-process ids apart across ranks",
     "kernels": "one row per kernel launch, with its launch configuration and its kind/family/comm_* class",

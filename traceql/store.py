@@ -194,7 +194,12 @@ def connect(run_dirs: Sequence[str | Path] | str | Path, con: duckdb.DuckDBPyCon
             con.executemany("INSERT INTO _store_files VALUES (?, ?)", [(table, str(p)) for p in paths])
         if paths:
             sources = "[" + ", ".join(_sql_str(str(p)) for p in paths) + "]"
-            con.execute(f'CREATE OR REPLACE VIEW "{table}" AS SELECT * FROM read_parquet({sources})')
+            if table == "runs":  # files written before a column was added (repairs) read it as NULL
+                con.register("_empty_runs", schema.empty("runs"))
+                con.execute(f'CREATE OR REPLACE VIEW runs AS SELECT * FROM "_empty_runs" '
+                            f"UNION ALL BY NAME SELECT * FROM read_parquet({sources}, union_by_name = true)")
+            else:
+                con.execute(f'CREATE OR REPLACE VIEW "{table}" AS SELECT * FROM read_parquet({sources})')
         else:
             con.register(f"_empty_{table}", schema.empty(table))
             con.execute(f'CREATE OR REPLACE VIEW "{table}" AS SELECT * FROM "_empty_{table}"')

@@ -108,6 +108,7 @@ def _write_run(report: Report, trace: Path, run_id: str, digest: str, labels: di
         "host": [None], "session_start_utc_ns": [None], "gpu_names": [",".join(gpus)],
         "ingested_at": [dt.datetime.now(dt.UTC).isoformat(timespec="seconds")], "traceql_version": [__version__],
         "labels_json": [json.dumps({**labels, "ncu_report_package": report.package_version}, sort_keys=True)],
+        "repairs": pa.array([[]], schema.TABLES["runs"].field("repairs").type),
     })
     schema.write("runs", runs, tmp / "runs.parquet")
     info.tables["runs"] = 1

@@ -241,10 +241,15 @@ class Adapter:
         """
         if not (self.has("GPU_METRICS") and self.has("TARGET_INFO_GPU_METRICS")):
             return None
-        lookup = self._metric_lookup()
+        lookup = self._lookup = self._metric_lookup()
         columns = ["timestamp", "typeId", "metricId", "value"]
         return (lookup.apply(batch) for batch in self.source.scan("GPU_METRICS", columns, batch_rows=batch_rows,
                                                                    workers=workers))
+
+    def dropped_samples(self) -> dict[str, int]:
+        """GPU metric samples that :meth:`gpu_metrics` left out so far, by reason (``gpu_metrics.<reason>``)."""
+        lookup = getattr(self, "_lookup", None)
+        return {f"gpu_metrics.{k}": n for k, n in (lookup.dropped.items() if lookup else ()) if n}
 
     def _metric_lookup(self) -> MetricLookup:
         rel, _ = self.load("TARGET_INFO_GPU_METRICS", ["typeId", "metricId", "metricName"])
@@ -257,10 +262,12 @@ class MetricLookup:
     """Maps GPU_METRICS rows (typeId, metricId) to metric names and unit scales, as an inner join would.
 
     A (typeId, metricId) pair is looked up in a dense table indexed by the positions of typeId and metricId
-    among their few distinct values; samples of a pair that TARGET_INFO_GPU_METRICS lacks are dropped.
+    among their few distinct values; samples of a pair that TARGET_INFO_GPU_METRICS lacks are dropped, and so
+    are samples without a time or value; ``dropped`` counts both.
     """
 
     def __init__(self, rows: list[tuple[int, int, str]]):
+        self.dropped = {"unknown_metric": 0, "no_value": 0}
         self.types = pa.array(sorted({t for t, _, _ in rows}), pa.int64())
         self.metric_ids = pa.array(sorted({m for _, m, _ in rows}), pa.int64())
         names: list[str | None] = sorted({n for _, _, n in rows if n is not None})
@@ -285,6 +292,11 @@ class MetricLookup:
         name = pc.take(self.dense, key)
         if name.null_count:  # no such metric in TARGET_INFO_GPU_METRICS: an inner join drops the sample
             keep = pc.is_valid(name)
+            self.dropped["unknown_metric"] += name.null_count
+            batch, name, type_id = batch.filter(keep), name.filter(keep), type_id.filter(keep)
+        if batch.column("timestamp").null_count or batch.column("value").null_count:
+            keep = pc.and_(pc.is_valid(batch.column("timestamp")), pc.is_valid(batch.column("value")))
+            self.dropped["no_value"] += len(keep) - pc.sum(keep).as_py()
             batch, name, type_id = batch.filter(keep), name.filter(keep), type_id.filter(keep)
         value = pc.multiply(batch.column("value").cast(pa.float64()), pc.take(self.scales, name))
         return pa.RecordBatch.from_arrays(
