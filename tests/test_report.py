@@ -140,6 +140,13 @@ def test_overlap_report_covers_every_traced_run(overlap_report):
     rep, out = overlap_report
     names = _suite_runs()
     assert not rep.skipped
+    # the header counts traces and Nsight Compute profiles apart, and names the recipe once
+    formats = [json.loads((SUITE / "runs" / rid / "run.json").read_text())["format"] for rid in names.values()]
+    profiles = formats.count("ncu-rep")
+    assert profiles == 1
+    meta = re.search(r'<p class="meta">(.*?)</p>', out.read_text(), re.S).group(1)
+    assert f"{len(formats) - profiles} traced runs and 1 Nsight Compute profile" in meta
+    assert "built-in recipe overlap" in meta and "recipe built-in" not in meta
     assert set(rep.runs.column("run").to_pylist()) == set(names)
     timeline = next(s for s in rep.sections if s.section.chart == "timeline")
     assert {label for label, _ in timeline.per_run} == set(names) - {"kernels"}
@@ -355,3 +362,66 @@ def test_a_broken_page_is_detected_by_the_browser_check(tmp_path):
                    'document.body.dataset.chartsFailed = "1"; console.error("boom")</script></body></html>')
     check = check_page(bad)
     assert not check.ok and check.network_requests and check.console_errors and check.failed == 1
+
+
+def _microbench_page(tmp_path: Path) -> Path:
+    """The microbenchmark chart over the suite's real modes, on a page of its own (the whole recipe would compute the
+    attribution of every run first, which this chart does not read)."""
+    from traceql.report import Report, SectionResult
+    from traceql.report.html import render_page
+
+    con = traceql.connect(SUITE)
+    modes = con.sql("""SELECT m.*, json_extract_string(r.labels_json, '$.name') AS run
+                       FROM microbench_modes m JOIN runs r USING (run_id)""").to_arrow_table()
+    runs = con.sql("SELECT run_id, run_id AS run, source_path, format, gpu_names, labels_json, 0 AS kernels "
+                   "FROM runs").to_arrow_table()
+    con.close()
+    rec = recipes.load("microbench")
+    section = next(s for s in rec.sections if s.chart == "microbench")
+    out = tmp_path / "microbench.html"
+    out.write_text(render_page(Report(rec, runs, [SectionResult(section, {"modes": modes})])))
+    return out
+
+
+def test_microbench_panels_are_readable_in_chromium(tmp_path):
+    """One panel per collective and configuration, each on its own scale: the longest bar of every panel spans its
+    height or most of it (a shared scale flattened the short panels to a few pixels), and no two labels or titles overlap."""
+    _browser_or_skip()
+    from playwright.sync_api import sync_playwright
+
+    from traceql.report.browser import CHROMIUM_ARGS, find_chromium
+
+    page_path = _microbench_page(tmp_path)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=find_chromium(), headless=True, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.goto(page_path.resolve().as_uri())
+            page.wait_for_function("document.body.dataset.chartsDone === 'true'", timeout=60_000)
+            found = page.evaluate("""() => {
+                const svg = document.querySelector('#chart-0 svg');
+                const panels = [...svg.querySelectorAll('g.mark-group.role-scope.cell > g')].map(g => {
+                    const bars = [...g.querySelectorAll('g.mark-rect.role-mark path')].map(b => b.getBBox().height);
+                    return {height: g.querySelector('path.background').getBBox().height, tallest: Math.max(...bars),
+                            bars: bars.length};
+                });
+                const texts = [...svg.querySelectorAll('text')].filter(t => t.textContent.trim())
+                    .map(t => { const r = t.getBoundingClientRect();
+                                return {text: t.textContent, l: r.left, r: r.right, t: r.top, b: r.bottom}; });
+                return {panels, texts, failed: document.body.dataset.chartsFailed};
+            }""")
+        finally:
+            browser.close()
+    con = traceql.connect(SUITE)
+    expected = con.sql("SELECT count(DISTINCT (op, dtype, run_id)) FROM microbench_modes").fetchall()[0][0]
+    con.close()
+    assert found["failed"] == "0"
+    panels = found["panels"]
+    assert len(panels) == expected >= 10
+    for panel in panels:
+        assert panel["bars"] == 4
+        assert panel["tallest"] >= 0.5 * panel["height"], panel  # a scale of its own (rounded up to a nice value)
+    texts = found["texts"]
+    overlapping = [(a["text"], b["text"]) for i, a in enumerate(texts) for b in texts[i + 1:]
+                   if a["l"] < b["r"] - 1 and b["l"] < a["r"] - 1 and a["t"] < b["b"] - 1 and b["t"] < a["b"] - 1]
+    assert not overlapping, overlapping[:5]

@@ -153,6 +153,56 @@ def attribute(
 
 
 @app.command()
+def diff(
+    a: Annotated[str, typer.Argument(help="Before: a run directory (PATH@RUN[,RUN] picks runs of it by id, name or "
+                                          "file), an nsys export or report.", show_default=False)],
+    b: Annotated[str, typer.Argument(help="After: the same kinds of input as A.", show_default=False)],
+    group_by_nvtx: Annotated[str | None, typer.Option(help="NVTX ranges that are steps (a glob, e.g. 'step*'): step "
+                                                           "time and per-step metrics; kernels grouped by them.")]
+    = None,
+    fmt: Annotated[str, typer.Option("--format", "-f", help="table, json or csv (csv: the signature rows).")] = "table",
+    gate: Annotated[list[str], typer.Option(help="Exit 1 unless this holds on every device, e.g. "
+                                                 "'exposed_comm_ms.delta < 5' (repeatable; docs/diff.md).")] = [],  # noqa: B006
+    out_dir: Annotated[Path | None, typer.Option("-o", "--out-dir", help="Also write diff.json and one Parquet file "
+                                                                         "per table here.")] = None,
+    html: Annotated[Path | None, typer.Option(help="Also write the HTML report of the diff here.")] = None,
+    recipe: Annotated[str, typer.Option(help="Report recipe for --html: diff, or a diff recipe .toml of your own.")]
+    = "diff",
+    limit: Annotated[int, typer.Option(help="Signature rows of the table format.")] = 25,
+) -> None:
+    """Compare run B against run A: what changed per kernel signature and per device, whether it is real, and why.
+
+    Exit code: 0; 1 when a --gate is violated; 2 bad input (different GPU models, nothing in common, a bad gate).
+    """
+    from .diff import GATE_COLUMNS
+    from .diff import diff as do_diff
+    from .gates import check, parse
+    from .render_diff import FORMATS, render_diff
+
+    if fmt not in FORMATS:
+        raise TraceqlErrorUsage(f"--format {fmt!r}: choose table, json or csv")
+    gates = [parse(g, GATE_COLUMNS) for g in gate]  # a bad gate fails before the analysis
+    if html is not None:
+        from .report.diff import load_diff_recipe
+
+        load_diff_recipe(recipe)  # a bad recipe fails before the analysis too
+    result = do_diff(a, b, group_by_nvtx=group_by_nvtx)
+    violations, gate_notes = check(gates, result.summary.to_pylist(), lambda r: r["device"])
+    lines = [f"gate '{g.text}': ok" for g in gates if not any(v.gate == g.text for v in violations)]
+    lines += [v.describe() for v in violations] + [f"note: {n}" for n in gate_notes]
+    if out_dir is not None:
+        result.write(out_dir)
+    if html is not None:
+        result.report(html, recipe)
+    sys.stdout.write(render_diff(result, fmt, limit, lines if fmt == "table" else ()))
+    if fmt != "table":
+        for line in lines:
+            _err(line)
+    if violations:
+        raise typer.Exit(EXIT_FLAGGED)
+
+
+@app.command()
 def report(
     inputs: Annotated[list[Path], typer.Argument(help="Run directories (or traces, ingested first).",
                                                  show_default=False)],
@@ -177,9 +227,45 @@ def report(
                 bar.console.print(f"traceql: skipped run {run}: {error}", markup=False, highlight=False)
 
         result = do_report(inputs, out, recipe=recipe, on_error=on_error, progress=progress)
-    typer.echo(f"traceql: report of {len(result.runs)} run(s), {len(result.skipped)} skipped, "
+    typer.echo(f"traceql: report of {result.runs_text()}, {len(result.skipped)} skipped, "
                f"in {result.seconds:.1f} s", err=True)
     typer.echo(str(out))
+    if result.skipped:
+        raise typer.Exit(EXIT_BAD_INPUT)
+
+
+@app.command("paper")
+def paper_cmd(
+    inputs: Annotated[list[Path], typer.Argument(help="Run directories (or traces, ingested first) whose NVTX ranges "
+                                                      "mark the modes (docs/paper.md).", show_default=False)],
+    fmt: Annotated[str, typer.Option("--format", "-f", help="table, json or csv.")] = "table",
+    table: Annotated[str | None, typer.Option(help="Only this table: headline, configs, modes or breakdown (csv: "
+                                                   "headline unless given).")] = None,
+    output: Annotated[Path | None, typer.Option("-o", "--output", help="Write here instead of stdout.")] = None,
+    on_error: OnError = "raise",
+) -> None:
+    """The overlap characterization of Lee et al. (ISPASS 2025): compute slowdown overlapped against compute only
+    and against sequential, sequential over overlapped, communication slowdown, overlap efficiency, energy and
+    power per mode, all with 95% intervals; and the cause of each configuration's slowdown."""
+    from .paper import TABLES
+    from .paper import paper as do_paper
+    from .paper.text import render
+
+    if fmt not in ("table", "json", "csv"):
+        raise TraceqlErrorUsage(f"--format {fmt!r}: choose table, json or csv")
+    if table is not None and table not in TABLES:
+        raise TraceqlErrorUsage(f"--table {table!r}: choose {', '.join(TABLES)}")
+    result = do_paper(inputs, on_error=on_error)
+    text = render(result, fmt, table)
+    if output is None:
+        sys.stdout.write(text)
+    else:
+        from .paper import write_text
+
+        write_text(output, text)
+        typer.echo(str(output))
+    for s in result.skipped:
+        _err(f"skipped run {s['run']} ({s['run_id']}): {s['reason']}")
     if result.skipped:
         raise typer.Exit(EXIT_BAD_INPUT)
 

@@ -19,6 +19,7 @@ import pyarrow as pa
 
 from .. import store
 from ..errors import BadInputError, TraceqlError, UsageError
+from ..ncu.ingest import FORMAT as NCU_FORMAT
 from . import recipe as recipes
 from .recipe import Recipe, Section
 
@@ -41,6 +42,19 @@ class Report:
     sections: list[SectionResult]
     skipped: list[dict] = field(default_factory=list)  # run_id, run, source_path, reason
     seconds: float = 0.0
+
+    @property
+    def traced_runs(self) -> int:
+        """Runs that are traces (the report's subject); Nsight Compute profiles only inform them."""
+        return sum(1 for f in self.runs.column("format").to_pylist() if f != NCU_FORMAT)
+
+    def runs_text(self) -> str:
+        """'3 traced runs and 1 Nsight Compute profile'."""
+        n, profiles = self.traced_runs, self.runs.num_rows - self.traced_runs
+        text = f"{n} traced run{'' if n == 1 else 's'}"
+        if profiles:
+            text += f" and {profiles} Nsight Compute profile{'' if profiles == 1 else 's'}"
+        return text
 
     def html(self) -> str:
         from .html import render_page
@@ -77,7 +91,7 @@ def report(inputs: Sequence[str | Path] | str | Path, out: str | Path | None = N
         raise UsageError("no input given")
     if on_error not in ON_ERROR:
         raise UsageError(f"on_error {on_error!r}: choose raise or skip")
-    rec = recipe if isinstance(recipe, Recipe) else recipes.load(recipe)
+    rec = recipe if isinstance(recipe, Recipe) else recipes.load_kind(recipe, "runs")
     started = time.perf_counter()
     tmp = None
     if workdir is None and any(not store.is_store(p) for p in inputs):
@@ -110,8 +124,8 @@ def _run_table(dirs: list[Path]) -> pa.Table:
 
 def _build(rec: Recipe, dirs: list[Path], on_error: str, progress: Progress | None) -> Report:
     runs = _run_table(dirs)
-    ncu_runs = [r["run_id"] for r in runs.to_pylist() if r["format"] == "ncu-rep"]
-    traced = [r for r in runs.to_pylist() if r["format"] != "ncu-rep"]
+    ncu_runs = [r["run_id"] for r in runs.to_pylist() if r["format"] == NCU_FORMAT]
+    traced = [r for r in runs.to_pylist() if r["format"] != NCU_FORMAT]
     if not traced:
         raise BadInputError(f"{', '.join(map(str, dirs))}: no Nsight Systems runs to report on (only "
                             f"{len(ncu_runs)} Nsight Compute run(s))")
@@ -142,8 +156,16 @@ def _build(rec: Recipe, dirs: list[Path], on_error: str, progress: Progress | No
         if progress:
             progress(i, len(traced), label, None)
     sections = []
+    reductions: dict[tuple, dict[str, pa.Table]] = {}  # sections with the same queries and reducer share the result
     for k, s in enumerate(rec.sections):
         reduced = {name: _concat(ts, s) for name, ts in collected[k].items()}
+        if s.reduce is not None:
+            from .reducers import REDUCERS
+
+            key = (s.reduce, tuple(sorted(s.queries, key=lambda q: q.name)))
+            if key not in reductions:
+                reductions[key] = REDUCERS[s.reduce].fn(reduced)
+            reduced = {**reduced, **reductions[key]}
         sections.append(SectionResult(s, reduced, per_run[k]))
     return Report(rec, runs, sections, skipped)
 

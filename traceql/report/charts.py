@@ -219,22 +219,30 @@ def device_time(data: dict[str, pa.Table], options: dict) -> alt.TopLevelMixin |
         width=520, title="Where GPU time went: compute alone, overlapped, communication exposed")
 
 
-@chart("modes", help="the microbenchmark's four modes side by side: time per iteration")
+@chart("modes", help="the microbenchmark's four modes side by side: time per iteration, one panel per collective "
+                      "and configuration, each on its own scale")
 def microbench(data: dict[str, pa.Table], options: dict) -> alt.TopLevelMixin | None:
     modes = ["compute", "comm", "sequential", "overlapped"]
-    rows = [dict(r, iter_ms=r["iter_ns"] / 1e6, config=f"{r['dtype']} · {r.get('run') or r['run_id']}")
-            for r in _rows(data["modes"]) if r["device_id"] is not None]
+    rows = [dict(r, iter_ms=r["iter_ns"] / 1e6, panel=f"{r['op']} · {r['dtype']} · {r.get('run') or r['run_id']}")
+            for r in _rows(data["modes"]) if r["device_id"] is not None and r["iter_ns"] is not None]
     if not rows:
         return None
+    panels = sorted({r["panel"] for r in rows})
+    # One panel per (collective, configuration), each on its own y scale: the modes are compared within a panel,
+    # and a shared scale would flatten the panels of short iterations against the longest one. Panel titles break
+    # at the dots instead of running into their neighbours.
     return alt.Chart(_data(rows)).mark_bar().encode(
-        x=alt.X("mode:N", sort=modes, title=None, axis=alt.Axis(labels=False, ticks=False)),
-        y=alt.Y("mean(iter_ms):Q", title="time per iteration (ms), mean over GPUs"),
-        color=alt.Color("mode:N", sort=modes, scale=alt.Scale(domain=modes,
-                                                               range=["#4c78a8", "#e45756", "#bab0ac", "#72b7b2"])),
-        column=alt.Column("config:N", title=None, header=alt.Header(labelAngle=-30, labelAlign="right")),
-        row=alt.Row("op:N", title=None),
-        tooltip=["op:N", "dtype:N", "mode:N", "max_ctas:N", alt.Tooltip("mean(iter_ms):Q", format=".3f")],
-    ).properties(width=54, height=140, title="Microbenchmark modes: compute only, comm only, sequential, overlapped")
+        x=alt.X("mode:N", sort=modes, title=None, axis=alt.Axis(labels=False, ticks=False, domain=False)),
+        y=alt.Y("mean(iter_ms):Q", title=None),
+        color=alt.Color("mode:N", sort=modes, title="mode",
+                        scale=alt.Scale(domain=modes, range=["#4c78a8", "#e45756", "#bab0ac", "#72b7b2"])),
+        facet=alt.Facet("panel:N", sort=panels, title=None, columns=int(options.get("columns", 6)),
+                        header=alt.Header(labelExpr="split(datum.value, ' · ')", labelLimit=150, labelFontSize=11)),
+        tooltip=["op:N", "dtype:N", "mode:N", "max_ctas:N", "run:N",
+                 alt.Tooltip("mean(iter_ms):Q", format=".3f", title="ms per iteration")],
+    ).resolve_scale(y="independent").properties(
+        width=120, height=110,
+        title="Microbenchmark modes: time per iteration (ms, mean over GPUs); each panel on its own scale")
 
 
 @chart("effects", help="per configuration: compute slowdown when overlapped, and the gain of overlapping")
@@ -321,3 +329,7 @@ def run_comparison(data: dict[str, pa.Table], options: dict) -> alt.TopLevelMixi
     return _measure_bars(labelled, ("compute_slowdown", "hidden_comm_fraction", "overlap_fraction"), label="device",
                          tooltip_format=".1%",
                          title="Runs compared: compute slowdown, hidden communication, overlap fraction")
+
+
+from . import paper_charts  # noqa: E402,F401  (registers the paper recipe's charts)
+from . import diff_charts  # noqa: E402,F401  (registers the diff recipe's charts)

@@ -176,6 +176,11 @@ EMBED_JS = """
 """
 
 
+def _recipe_label(rec) -> str:
+    """'built-in recipe overlap' or 'recipe my.toml' (a built-in recipe's source says so itself)."""
+    return rec.source if rec.source.startswith("built-in recipe") else f"recipe {rec.source}"
+
+
 def render_page(report) -> str:
     rec = report.recipe
     page = _Page()
@@ -196,8 +201,8 @@ def render_page(report) -> str:
 <script>{_vega_bundle()}</script>
 </head><body>
 <h1>{title}</h1>
-<p class="meta">traceql {html.escape(__version__)} · recipe {html.escape(rec.source)} · {now} ·
-{len(report.runs)} run(s) · queries in {report.seconds:.1f} s</p>
+<p class="meta">traceql {html.escape(__version__)} · {html.escape(_recipe_label(rec))} · {now} ·
+{html.escape(report.runs_text())} · queries in {report.seconds:.1f} s</p>
 {f'<p class="help">{html.escape(rec.description)}</p>' if rec.description else ''}
 {skipped}
 <h2>Runs</h2>
