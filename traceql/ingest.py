@@ -62,7 +62,7 @@ def sha256_of(path: Path) -> str:
 DECOMPRESSORS = {".xz": "lzma", ".gz": "gzip", ".bz2": "bz2"}
 
 
-def _decompress(path: Path, dest: Path) -> Path:
+def decompress(path: Path, dest: Path) -> Path:
     """Decompress a compressed export (``run.sqlite.xz``) to ``dest``; the input is left as it is."""
     import importlib
 
@@ -112,7 +112,7 @@ def ingest_one(trace: str | Path, out: str | Path, *, require_kernels: bool = Tr
         if fmt == "nsys-rep":
             export = export_report(path, ident.digest)
         elif path.suffix in DECOMPRESSORS:
-            export = _decompress(path, tmp / "export.sqlite")
+            export = decompress(path, tmp / "export.sqlite")
         else:
             export = path
         try:
@@ -283,7 +283,7 @@ def _write_streamed(table: str, batches, run_id: str, path: Path) -> int:
                     if f.name == "run_id" else _encoded(batch.column(f.name), f.type) for f in encoded]
             w.write_batch(pa.RecordBatch.from_arrays(cols, schema=encoded))
             rows += batch.num_rows
-        w.add_key_value_metadata(schema._metadata(table))
+        w.add_key_value_metadata(schema.metadata(table))
     return rows
 
 

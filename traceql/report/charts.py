@@ -331,5 +331,5 @@ def run_comparison(data: dict[str, pa.Table], options: dict) -> alt.TopLevelMixi
                          title="Runs compared: compute slowdown, hidden communication, overlap fraction")
 
 
+from . import diff_charts  # noqa: E402,F401,I001  (registers the diff recipe's charts)
 from . import paper_charts  # noqa: E402,F401  (registers the paper recipe's charts)
-from . import diff_charts  # noqa: E402,F401  (registers the diff recipe's charts)

@@ -18,6 +18,7 @@ from pathlib import Path
 from ..errors import BadInputError, MissingInputError
 
 SCOPES = ("run", "all")
+KINDS = ("runs", "diff")
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -72,6 +73,7 @@ class Recipe:
     description: str = ""
     group_by_nvtx: str | None = None
     source: str = ""
+    kind: str = "runs"  # runs: `traceql report` maps its queries over runs; diff: they read a diff's tables
 
 
 def builtin_names() -> list[str]:
@@ -100,6 +102,16 @@ def load(name_or_path: str | Path) -> Recipe:
                         "nor a .toml file")
 
 
+def load_kind(name_or_path: str | Path, kind: str) -> Recipe:
+    """:func:`load`, refusing a recipe of another kind (a diff recipe for a report over runs, or the reverse)."""
+    rec = load(name_or_path)
+    if rec.kind != kind:
+        use = "traceql diff A B --html OUT --recipe" if rec.kind == "diff" else "traceql report RUNS --recipe"
+        raise BadInputError(f"{rec.source}: a recipe of kind {rec.kind!r}, not {kind!r}: use it with `{use} "
+                            f"{name_or_path}`")
+    return rec
+
+
 def parse(text: str, *, name: str, source: str, views: set[str] | None = None) -> Recipe:
     """Parse and check a recipe; every mistake is reported with the recipe and section it is in."""
     from .charts import CHARTS
@@ -108,6 +120,13 @@ def parse(text: str, *, name: str, source: str, views: set[str] | None = None) -
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise BadInputError(f"{source}: not valid TOML: {exc}") from None
+    kind = doc.get("kind", "runs")
+    if kind not in KINDS:
+        raise BadInputError(f"{source}: kind {kind!r}: choose {' or '.join(KINDS)}")
+    if views is None and kind == "diff":
+        from ..diff import DIFF_TABLES
+
+        views = set(DIFF_TABLES)
     if views is None:
         from ..queries_loader import query_files
 
@@ -166,4 +185,4 @@ def parse(text: str, *, name: str, source: str, views: set[str] | None = None) -
             limit=int(raw.get("limit", 25)), sort=raw.get("sort"), options=dict(raw.get("options", {}))))
     return Recipe(name=name, title=str(doc.get("title", name)), sections=tuple(sections),
                   description=str(doc.get("description", "")), group_by_nvtx=doc.get("group_by_nvtx"),
-                  source=source)
+                  source=source, kind=kind)
