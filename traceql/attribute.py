@@ -79,7 +79,7 @@ def _num(v):
     return v
 
 
-def _as_store(inputs: list[Path], workdir: Path) -> list[Path]:
+def as_store(inputs: list[Path], workdir: Path) -> list[Path]:
     """Run directories for ``inputs``: run directories as they are, raw traces ingested into ``workdir``."""
     from .ingest import ingest
 
@@ -91,6 +91,8 @@ def _as_store(inputs: list[Path], workdir: Path) -> list[Path]:
         dirs.append(workdir)
     return dirs
 
+
+_as_store = as_store  # the former name, for callers that still use it
 
 KERNEL_COLUMNS = """run_id, device_id, nvtx, group_id, activity, kind, name, short_name, grid, block,
     dynamic_smem_bytes, bytes, sum_t1_ns, sum_t0_ns,
@@ -140,7 +142,7 @@ def attribute(inputs: list[str | Path] | str | Path, *, baseline: str | Path | N
         tmp = tempfile.TemporaryDirectory(prefix="traceql-attribute-")
         workdir = tmp.name
     try:
-        dirs = _as_store(inputs, Path(workdir) / "runs")
+        dirs = as_store(inputs, Path(workdir) / "runs")
         ncu_dir, ncu_runs = _ncu_store(ncu_items, dirs, Path(workdir))
         con = store.connect(dirs + ([ncu_dir] if ncu_dir else []), con)
         notes: list[str] = []
@@ -175,7 +177,7 @@ def _external(con: duckdb.DuckDBPyConnection, baseline: Path | None, workdir: Pa
     """Isolated durations from elsewhere for signatures the trace never ran alone: a baseline run's isolated
     instances (``--baseline``; then every signature takes its baseline from there), else Nsight Compute's."""
     if baseline is not None:
-        bcon = store.connect(_as_store([baseline], workdir))
+        bcon = store.connect(as_store([baseline], workdir))
         try:
             base_gpus = {r[0] for r in bcon.sql("SELECT DISTINCT name FROM devices").fetchall()}
             rows = bcon.sql("""SELECT d.name, i.sig, list(i.dur_ns ORDER BY i.dur_ns)

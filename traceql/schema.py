@@ -124,18 +124,18 @@ def conform(table: str, data: pa.Table) -> pa.Table:
     return data.select(schema.names).cast(schema)
 
 
-def _metadata(table: str) -> dict[bytes, bytes]:
+def metadata(table: str) -> dict[bytes, bytes]:
     return {META_VERSION: str(SCHEMA_VERSION).encode(), META_TABLE: table.encode()}
 
 
 def writer(table: str, path: Path) -> pq.ParquetWriter:
-    schema = TABLES[table].with_metadata(_metadata(table))
+    schema = TABLES[table].with_metadata(metadata(table))
     return pq.ParquetWriter(path, schema, compression="zstd")
 
 
 def write(table: str, data: pa.Table, path: Path) -> None:
     with writer(table, path) as w:
-        w.write_table(conform(table, data).replace_schema_metadata(_metadata(table)))
+        w.write_table(conform(table, data).replace_schema_metadata(metadata(table)))
 
 
 def check_file(path: Path) -> str:

@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from .. import __version__, schema, store
 from ..errors import BadInputError, MissingInputError
-from ..ingest import DECOMPRESSORS, RunInfo, _decompress, sha256_of
+from ..ingest import DECOMPRESSORS, RunInfo, decompress, sha256_of
 from .derive import derive
 from .report import ProfiledKernel, Report, read_report
 
@@ -54,7 +54,7 @@ def ingest_ncu_report(trace: str | Path, out: str | Path, *, labels: dict[str, s
         return RunInfo(run_id, info["source_path"], digest, info["format"], info.get("tables", {}), already=True)
     tmp = store.staging_dir(out)
     try:
-        path = _decompress(trace, tmp / f"report{SUFFIX}") if trace.suffix in DECOMPRESSORS else trace
+        path = decompress(trace, tmp / f"report{SUFFIX}") if trace.suffix in DECOMPRESSORS else trace
         report = read_report(path, shown=trace)
         if path.parent == tmp:
             path.unlink()

@@ -82,7 +82,7 @@ def report(inputs: Sequence[str | Path] | str | Path, out: str | Path | None = N
     ``on_error``: ``raise`` stops at the first run that fails; ``skip`` goes on and lists every skipped run
     and the reason in the report. ``out``: also write the HTML page there.
     """
-    from ..attribute import _as_store
+    from ..attribute import as_store
 
     if isinstance(inputs, str | Path):
         inputs = [inputs]
@@ -98,7 +98,7 @@ def report(inputs: Sequence[str | Path] | str | Path, out: str | Path | None = N
         tmp = tempfile.TemporaryDirectory(prefix="traceql-report-")
         workdir = tmp.name
     try:
-        dirs = _as_store(inputs, Path(workdir or ".") / "runs")
+        dirs = as_store(inputs, Path(workdir or ".") / "runs")
         result = _build(rec, dirs, on_error, progress)
     finally:
         if tmp is not None:
