@@ -60,6 +60,7 @@ class Section:
     limit: int = 25
     sort: str | None = None  # rows of an "all" section: the column they are ranked by (descending) after the reduce
     options: dict = field(default_factory=dict)
+    reduce: str | None = None  # a reducer of traceql.report.reducers: computes tables from the rows of every run
 
     def query(self, name: str) -> Query:
         return next(q for q in self.queries if q.name == name)
@@ -144,7 +145,7 @@ def parse(text: str, *, name: str, source: str, views: set[str] | None = None) -
     for i, raw in enumerate(raw_sections, 1):
         where = f"section {i} ({raw.get('title', 'untitled')!r})"
         unknown = set(raw) - {"title", "queries", "scope", "chart", "table", "columns", "text", "limit", "sort",
-                              "options"}
+                              "options", "reduce"}
         if unknown:
             raise fail(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
         scope = raw.get("scope", "run")
@@ -167,6 +168,18 @@ def parse(text: str, *, name: str, source: str, views: set[str] | None = None) -
         if not queries:
             raise fail(f"{where}: no queries")
         names = {q.name for q in queries}
+        reduce = raw.get("reduce")
+        if reduce is not None:
+            from .reducers import REDUCERS
+
+            if reduce not in REDUCERS:
+                raise fail(f"{where}: no reducer {reduce!r} (reducers: {', '.join(sorted(REDUCERS))})")
+            if scope != "all":
+                raise fail(f"{where}: reduce {reduce!r} needs scope = \"all\" (it reads the rows of every run)")
+            missing = set(REDUCERS[reduce].needs) - names
+            if missing:
+                raise fail(f"{where}: reducer {reduce!r} needs the queries {', '.join(sorted(missing))}")
+            names |= set(REDUCERS[reduce].gives)
         chart = raw.get("chart")
         if chart is not None:
             if chart not in CHARTS:
@@ -176,13 +189,15 @@ def parse(text: str, *, name: str, source: str, views: set[str] | None = None) -
                 raise fail(f"{where}: chart {chart!r} needs the queries {', '.join(sorted(missing))}")
         table = raw.get("table")
         if table is not None and table not in names:
-            raise fail(f"{where}: table {table!r} is not one of its queries ({', '.join(sorted(names))})")
+            raise fail(f"{where}: table {table!r} is not one of its queries or reduced tables "
+                       f"({', '.join(sorted(names))})")
         if chart is None and table is None:
             raise fail(f"{where}: shows nothing: give a chart or a table")
         sections.append(Section(
             title=str(raw.get("title", f"Section {i}")), queries=tuple(queries), scope=scope, chart=chart,
             table=table, columns=tuple(raw.get("columns", ())), text=str(raw.get("text", "")),
-            limit=int(raw.get("limit", 25)), sort=raw.get("sort"), options=dict(raw.get("options", {}))))
+            limit=int(raw.get("limit", 25)), sort=raw.get("sort"), options=dict(raw.get("options", {})),
+            reduce=reduce))
     return Recipe(name=name, title=str(doc.get("title", name)), sections=tuple(sections),
                   description=str(doc.get("description", "")), group_by_nvtx=doc.get("group_by_nvtx"),
                   source=source, kind=kind)

@@ -1,0 +1,79 @@
+"""Energy and power per mode, from the NVML samples inside each mode range (``paper_power``).
+
+NVML's energy counter is exact but changes only every ~100 ms on H200 (the run's own median is used in messages),
+and its power reading changes at the same pace: a mode range needs at least two counter changes inside it for an
+energy figure, and the figure covers the time between its first and last change. Mean power is the counter's
+energy over that time (ratio of sums over the intervals between changes); its interval resamples those intervals.
+The peak is the highest power reading inside the range (a reading NVML has itself averaged, so a lower bound of
+the instantaneous peak); its interval resamples the readings. Energy per iteration is mean power x GPUs x
+iteration time. Where the data cannot give a number, ``note`` says why instead.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+
+from .figures import N_BOOT, Est, combine, resample_rows
+
+MIN_UPDATES = 2  # counter changes inside a mode: one full interval between two changes is the least energy measured
+
+
+def mode_power(rows: list[dict], wall: Est | None, key: tuple, n_boot: int = N_BOOT) -> dict:
+    """Energy per iteration (all GPUs), mean and peak power per GPU for one (configuration, mode)."""
+    devices: dict[tuple, list[dict]] = defaultdict(list)
+    for r in rows:
+        devices[(r["global_pid"], r["device_id"])].append(r)
+    out: dict = dict(power_samples=0, counter_updates=None, power_limit_w=None, note=None, mean_power_w=Est(np.nan),
+                     peak_power_w=Est(np.nan), energy_per_iter_j=Est(np.nan))
+    if not devices or all((r["run_samples"] or 0) == 0 for r in rows):
+        out["note"] = "no NVML power in this run (collect with traceql collect --power)"
+        return out
+    means, peaks, updates = [], [], []
+    for dev in sorted(devices):
+        dev_rows = devices[dev]
+        inside = sorted((r for r in dev_rows if r["ts_ns"] is not None), key=lambda r: r["ts_ns"])
+        out["power_samples"] += len(inside)
+        limits = [r["power_limit_w"] for r in inside if r["power_limit_w"] is not None]
+        if limits:
+            out["power_limit_w"] = max(limits + [out["power_limit_w"] or 0.0])
+        d_e, d_t, n_upd = [], [], 0
+        by_range: dict[int, list[dict]] = defaultdict(list)
+        for r in inside:
+            if r["energy_update"]:
+                by_range[r["mode_start_ns"]].append(r)
+        for changes in by_range.values():
+            n_upd += len(changes)
+            for a, b in zip(changes, changes[1:], strict=False):
+                d_e.append(b["energy_j"] - a["energy_j"])
+                d_t.append((b["ts_ns"] - a["ts_ns"]) / 1e9)
+        updates.append(n_upd)
+        if n_upd < MIN_UPDATES or not d_t:
+            continue
+        e, t = np.array(d_e), np.array(d_t)
+        reps = None
+        if len(e) >= 2:
+            idx = resample_rows(len(e), key=(*key, *dev, "energy"), n_boot=n_boot)
+            reps = e[idx].sum(axis=1) / t[idx].sum(axis=1)
+        means.append(Est(float(e.sum() / t.sum()), reps))
+        readings = np.array([r["power_w"] for r in inside if r["power_w"] is not None])
+        if readings.size:
+            peak_reps = None
+            if readings.size >= 2:
+                peak_reps = readings[resample_rows(readings.size, key=(*key, *dev, "peak"), n_boot=n_boot)].max(axis=1)
+            peaks.append(Est(float(readings.max()), peak_reps))
+    out["counter_updates"] = min(updates)
+    if len(means) < len(devices):
+        spans = [(r["span_end_ns"] - r["span_start_ns"]) / 1e6 for r in rows]
+        period = np.nanmedian([r["run_update_ns"] or np.nan for r in rows]) / 1e6
+        out["note"] = (f"NVML's energy counter changed {min(updates)} time(s) inside the {max(spans):.0f} ms mode "
+                       f"(every {period:.0f} ms in this run): energy needs {MIN_UPDATES}+ changes inside a mode, so "
+                       f"modes of {3 * period:.0f} ms or more get a number")
+        return out
+    out["mean_power_w"] = combine(lambda *xs: sum(xs) / len(xs), *means)
+    out["peak_power_w"] = combine(lambda *xs: np.maximum.reduce(xs), *peaks) if len(peaks) == len(means) \
+        else Est(np.nan)
+    gpus = len(means)
+    out["energy_per_iter_j"] = combine(lambda p, w: p * gpus * w / 1e9, out["mean_power_w"], wall)
+    return out
