@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import math
 import shutil
+import sys
 import tempfile
+import types
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -301,3 +303,14 @@ def _ncu_metrics_used() -> tuple[str, ...]:
 
 
 _NCU_METRICS_USED = _ncu_metrics_used()
+
+
+class _CallableModule(types.ModuleType):
+    """This module, callable: ``traceql.attribute(RUN, ...)`` is :func:`attribute`, the twin of ``traceql attribute``,
+    while ``from traceql.attribute import ...`` and ``traceql.attribute.X`` keep working."""
+
+    def __call__(self, *args, **kwargs) -> Attribution:
+        return attribute(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

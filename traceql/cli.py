@@ -6,6 +6,7 @@ Exit codes (see :mod:`traceql.errors`): 0 ok, 1 flagged by a gate, 2 bad usage o
 from __future__ import annotations
 
 import contextlib
+import enum
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,9 +20,51 @@ from .errors import EXIT_BAD_INPUT, EXIT_FLAGGED, Interrupted, TraceqlError
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Attribute the slowdown of compute kernels overlapped with communication, from Nsight traces.")
 
+
+
+class _Choice(enum.StrEnum):
+    """A fixed set of values, listed in --help and checked by the parser; each value is a plain str."""
+
+
+class OnErrorChoice(_Choice):
+    raise_ = "raise"
+    skip = "skip"
+
+
+class TableFormat(_Choice):
+    table = "table"
+    json = "json"
+    csv = "csv"
+
+
+class SqlFormat(_Choice):
+    table = "table"
+    csv = "csv"
+    json = "json"
+    parquet = "parquet"
+
+
+class Focus(_Choice):
+    any = "any"
+    comm = "comm"
+
+
+class ClockControl(_Choice):
+    none = "none"
+    base = "base"
+    reset = "reset"
+
+
+class Benchmark(_Choice):
+    overlap = "overlap"
+    contention = "contention"
+    train = "train"
+
+
 RunDirs = Annotated[list[Path], typer.Argument(help="Run directories made by `traceql ingest`.", show_default=False)]
-OnError = Annotated[str, typer.Option(help="What to do with a bad input among many: raise (stop) or skip (go on, "
-                                           "naming it).", case_sensitive=False)]
+OnError = Annotated[OnErrorChoice, typer.Option(help="What to do with a bad input among many: raise (stop) or skip "
+                                                     "(go on, naming it).", case_sensitive=False)]
+Format = Annotated[TableFormat, typer.Option("--format", "-f", case_sensitive=False, help="How to print the result.")]
 
 
 def _err(msg: str) -> None:
@@ -59,7 +102,7 @@ def ingest(
     = False,
     label: Annotated[list[str], typer.Option(help="KEY=VALUE label recorded with each run (repeatable).")] = [],  # noqa: B006
     jobs: Annotated[int, typer.Option("-j", "--jobs", help="Traces ingested in parallel.")] = 1,
-    on_error: OnError = "raise",
+    on_error: OnError = OnErrorChoice.raise_,
 ) -> None:
     """Normalize Nsight Systems exports and Nsight Compute reports into a run directory of Parquet tables (v1)."""
     from .ingest import ingest as do_ingest
@@ -67,21 +110,24 @@ def ingest(
     labels = _parse_labels(label)
     failed: list[str] = []
 
-    def progress(result, trace: Path) -> None:
-        if isinstance(result, Exception):
-            failed.append(str(trace))
-            if on_error == "skip":  # with raise, main() prints the error once
-                _err(f"skipped: {result}")
-            return
-        state = "already ingested" if result.already else "ingested"
-        counts = ", ".join(f"{k} {v}" for k, v in sorted(result.tables.items()) if k != "runs" and v)
-        typer.echo(f"{state} {trace} as run {result.run_id} ({counts})", err=True)
-        for warning in result.warnings:
-            _err(f"warning: {warning}")
+    with _ctrl_c("the runs ingested before it are kept, none half-written"), _progress() as bar:
+        task = bar.add_task("ingest", total=len(traces))
 
-    with _ctrl_c("the runs ingested before it are kept, none half-written"):
-        do_ingest(traces, out, require_kernels=not allow_no_kernels, labels=labels, jobs=jobs, on_error=on_error,
-                  progress=progress)
+        def progress(result, trace: Path) -> None:
+            bar.advance(task)
+            if isinstance(result, Exception):
+                failed.append(str(trace))
+                if on_error == "skip":  # with raise, main() prints the error once
+                    _say(bar, f"traceql: skipped: {result}")
+                return
+            state = "already ingested" if result.already else "ingested"
+            counts = ", ".join(f"{k} {v}" for k, v in sorted(result.tables.items()) if k != "runs" and v)
+            _say(bar, f"{state} {trace} as run {result.run_id} ({counts})")
+            for warning in result.warnings:
+                _say(bar, f"traceql: warning: {warning}")
+
+        do_ingest(traces, out, require_kernels=not allow_no_kernels, labels=labels, jobs=jobs,
+                  on_error=on_error.value, progress=progress)
     typer.echo(str(out))
     if failed:
         raise typer.Exit(EXIT_BAD_INPUT)
@@ -91,7 +137,9 @@ def ingest(
 def sql(
     run_dirs: RunDirs,
     query: Annotated[str, typer.Option("-q", "--query", help="SQL to run; or give it as the last argument.")] = "",
-    fmt: Annotated[str, typer.Option("--format", "-f", help="table, csv, json or parquet.")] = "table",
+    fmt: Annotated[SqlFormat, typer.Option("--format", "-f", case_sensitive=False, help="How to print the result "
+                                                                                    "(parquet needs -o).")]
+    = SqlFormat.table,
     output: Annotated[Path | None, typer.Option("-o", "--output", help="Write here instead of stdout.")] = None,
     allow_files: Annotated[bool, typer.Option(help="Let the SQL read and write files (COPY, read_csv, ATTACH...); "
                                                    "by default it reads the run store's tables only.")] = False,
@@ -108,7 +156,7 @@ def sql(
             raise TraceqlErrorUsage("give a query: traceql sql RUN_DIR... \"SELECT ...\"")
         *dirs, query = run_dirs
         run_dirs, query = dirs, str(query)
-    run_sql(run_dirs, query, fmt, output, sys.stdout, allow_files=allow_files)
+    run_sql(run_dirs, query, fmt.value, output, sys.stdout, allow_files=allow_files)
 
 
 @app.command()
@@ -123,9 +171,9 @@ def attribute(
     group_by_nvtx: Annotated[str | None, typer.Option(help="Group kernels by the innermost NVTX range of their "
                                                            "launching thread whose text matches this glob, "
                                                            "e.g. 'case:*' or 'forward*'.")] = None,
-    focus: Annotated[str, typer.Option(help="Which overlapped kernels to list: any co-runner, or comm only.")]
-    = "any",
-    fmt: Annotated[str, typer.Option("--format", "-f", help="table, json or csv.")] = "table",
+    focus: Annotated[Focus, typer.Option(help="Which overlapped kernels to list: any co-runner, or comm only.")]
+    = Focus.any,
+    fmt: Format = TableFormat.table,
     out_dir: Annotated[Path | None, typer.Option("-o", "--out-dir", help="Also write attribution.json, "
                                                  "kernels.parquet and summary.parquet here.")] = None,
     limit: Annotated[int, typer.Option(help="Rows of the table format (worst first).")] = 25,
@@ -136,13 +184,12 @@ def attribute(
     from .attribute import attribute as do_attribute
     from .render import render_attribution
 
-    if fmt not in ("table", "json", "csv"):
-        raise TraceqlErrorUsage(f"--format {fmt!r}: choose table, json or csv")
-    with _ctrl_c("nothing was written"):
-        result = do_attribute(inputs, baseline=baseline, ncu=ncu, group_by_nvtx=group_by_nvtx, focus=focus)
+    with _ctrl_c("nothing was written"), _progress() as bar:
+        bar.add_task("attribute", total=None)
+        result = do_attribute(inputs, baseline=baseline, ncu=ncu, group_by_nvtx=group_by_nvtx, focus=focus.value)
         if out_dir is not None:
             result.write(out_dir)
-    sys.stdout.write(render_attribution(result, fmt, limit))
+    sys.stdout.write(render_attribution(result, fmt.value, limit))
     if max_slowdown is not None:
         worst = [r for r in result.summary.to_pylist()
                  if r["nvtx"] is None and r["compute_slowdown"] is not None and r["compute_slowdown"] > max_slowdown]
@@ -160,7 +207,9 @@ def diff(
     group_by_nvtx: Annotated[str | None, typer.Option(help="NVTX ranges that are steps (a glob, e.g. 'step*'): step "
                                                            "time and per-step metrics; kernels grouped by them.")]
     = None,
-    fmt: Annotated[str, typer.Option("--format", "-f", help="table, json or csv (csv: the signature rows).")] = "table",
+    fmt: Annotated[TableFormat, typer.Option("--format", "-f", case_sensitive=False,
+                                             help="How to print the result (csv: the signature rows).")]
+    = TableFormat.table,
     gate: Annotated[list[str], typer.Option(help="Exit 1 unless this holds on every device, e.g. "
                                                  "'exposed_comm_ms.delta < 5' (repeatable; docs/diff.md).")] = [],  # noqa: B006
     out_dir: Annotated[Path | None, typer.Option("-o", "--out-dir", help="Also write diff.json and one Parquet file "
@@ -209,24 +258,20 @@ def report(
     out: Annotated[Path, typer.Option("-o", "--out", help="The HTML file to write.")] = Path("report.html"),
     recipe: Annotated[str, typer.Option(help="A built-in recipe (overlap, kernels, microbench, power) or a "
                                              "recipe .toml file of your own.")] = "overlap",
-    on_error: OnError = "raise",
+    on_error: OnError = OnErrorChoice.raise_,
 ) -> None:
     """Build a self-contained HTML report (charts and tables, no network needed) over one run or many."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     from .report import report as do_report
 
-    with _ctrl_c(f"{out} was not written"), Progress(TextColumn("{task.description}"), BarColumn(),
-                                                    MofNCompleteColumn(), TimeElapsedColumn(), transient=True,
-                                                    console=_stderr_console()) as bar:
-        task = bar.add_task("runs", total=None)
+    with _ctrl_c(f"{out} was not written"), _progress() as bar:
+        task = bar.add_task("report", total=None)
 
         def progress(done: int, total: int, run: str, error: str | None) -> None:
-            bar.update(task, completed=done, total=total, description=f"run {run}")
+            bar.update(task, completed=done, total=total, description=f"report: run {run}")
             if error is not None:
-                bar.console.print(f"traceql: skipped run {run}: {error}", markup=False, highlight=False)
+                _say(bar, f"traceql: skipped run {run}: {error}")
 
-        result = do_report(inputs, out, recipe=recipe, on_error=on_error, progress=progress)
+        result = do_report(inputs, out, recipe=recipe, on_error=on_error.value, progress=progress)
     typer.echo(f"traceql: report of {result.runs_text()}, {len(result.skipped)} skipped, "
                f"in {result.seconds:.1f} s", err=True)
     typer.echo(str(out))
@@ -238,11 +283,11 @@ def report(
 def paper_cmd(
     inputs: Annotated[list[Path], typer.Argument(help="Run directories (or traces, ingested first) whose NVTX ranges "
                                                       "mark the modes (docs/paper.md).", show_default=False)],
-    fmt: Annotated[str, typer.Option("--format", "-f", help="table, json or csv.")] = "table",
+    fmt: Format = TableFormat.table,
     table: Annotated[str | None, typer.Option(help="Only this table: headline, configs, modes or breakdown (csv: "
                                                    "headline unless given).")] = None,
     output: Annotated[Path | None, typer.Option("-o", "--output", help="Write here instead of stdout.")] = None,
-    on_error: OnError = "raise",
+    on_error: OnError = OnErrorChoice.raise_,
 ) -> None:
     """The overlap characterization of Lee et al. (ISPASS 2025): compute slowdown overlapped against compute only
     and against sequential, sequential over overlapped, communication slowdown, overlap efficiency, energy and
@@ -276,14 +321,30 @@ def _stderr_console():
     return Console(stderr=True)
 
 
+def _progress():
+    """A progress bar on stderr (a spinner while the total is unknown), gone when done; nothing at all when stderr is
+    not a terminal (a log file, a pipe)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    console = _stderr_console()
+    return Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TimeElapsedColumn(), transient=True, console=console, disable=not console.is_terminal)
+
+
+def _say(bar, line: str) -> None:
+    """A line on stderr above a live progress bar, as it is (no markup, no wrapping)."""
+    bar.console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
 @app.command(context_settings={"allow_interspersed_args": False})
 def collect(
     cmd: Annotated[list[str], typer.Argument(help="The program and its arguments, after --.", show_default=False)],
     out: Annotated[Path, typer.Option("-o", "--out", help="Run store to add the run to.")] = Path("traceql-runs"),
     name: Annotated[str | None, typer.Option(help="Report name (default: run-DATE-TIME); %q{VAR} and %h expand "
                                                   "as in nsys -o, e.g. rank%q{SLURM_PROCID}.")] = None,
-    gpu_metrics: Annotated[bool, typer.Option(help="Sample GPU metrics (SMs, DRAM, clocks, links) at 10 kHz.")]
-    = False,
+    gpu_metrics: Annotated[bool | None, typer.Option(help="Sample GPU metrics (SMs, DRAM, clocks, links) at 10 kHz; "
+                                                          "on by default where a GPU is found (said when not).",
+                                                     show_default=False)] = None,
     power: Annotated[bool, typer.Option(help="Sample NVML power, energy, clocks and throttle reasons every 15 ms.")]
     = False,
     ncu: Annotated[bool, typer.Option(help="Run Nsight Compute instead (isolated-kernel counters).")] = False,
@@ -295,13 +356,13 @@ def collect(
                                                      "regex (collectives are never profiled).")] = None,
     nvtx_include: Annotated[str | None, typer.Option(help="--ncu: only kernels inside this NVTX range, "
                                                           "e.g. 'profile/'.")] = None,
-    clock_control: Annotated[str, typer.Option(help="--ncu: ncu --clock-control (none keeps the GPU's own clocks).")]
-    = "none",
+    clock_control: Annotated[ClockControl, typer.Option(help="--ncu: ncu --clock-control (none keeps the GPU's own "
+                                                             "clocks).")] = ClockControl.none,
     label: Annotated[list[str], typer.Option(help="KEY=VALUE label for the run (repeatable).")] = [],  # noqa: B006
 ) -> None:
     """Run a program under Nsight Systems (or Nsight Compute) and ingest the result.
 
-    traceql collect --gpu-metrics -- torchrun --nproc-per-node 8 train.py
+    traceql collect -- torchrun --nproc-per-node 8 train.py
 
     Exit code: the program's; 124 if --timeout ended it, 130 on Ctrl-C (report kept); 2 bad input.
     """
@@ -311,9 +372,9 @@ def collect(
 
     result = do_collect(cmd, out, name=name, gpu_metrics=gpu_metrics, power=power, ncu=ncu,
                         nsys_args=shlex.split(nsys_args), timeout=timeout, labels=_parse_labels(label),
-                        kernels_regex=kernels, nvtx_include=nvtx_include, clock_control=clock_control,
-                        ncu_args=shlex.split(ncu_args),
-                        log=lambda line: typer.echo(line, err=True))
+                        kernels_regex=kernels, nvtx_include=nvtx_include, clock_control=clock_control.value,
+                        ncu_args=shlex.split(ncu_args), log=lambda line: typer.echo(line, err=True),
+                        step=_step)
     for msg in result.messages:
         _err(msg)
     raise typer.Exit(result.exit_code)
@@ -322,7 +383,7 @@ def collect(
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def bench(
     ctx: typer.Context,
-    name: Annotated[str, typer.Argument(help="overlap, contention or train.")],
+    name: Annotated[Benchmark, typer.Argument(help="The benchmark.", case_sensitive=False)],
     out: Annotated[Path, typer.Option("-o", "--out", help="Run store to add the run to.")] = Path("traceql-runs"),
     gpu_metrics: Annotated[bool, typer.Option(help="Sample GPU metrics.")] = True,
     power: Annotated[bool, typer.Option(help="Sample NVML power.")] = False,
@@ -330,22 +391,29 @@ def bench(
     run_name: Annotated[str | None, typer.Option("--name", help="Report name.")] = None,
 ) -> None:
     """Run one of traceql's microbenchmarks under `traceql collect`; extra options go to the benchmark."""
+    import datetime as dt
+
     from .collect import collect as do_collect
 
-    names = ("overlap", "contention", "train")
-    if name not in names:
-        raise TraceqlErrorUsage(f"unknown benchmark {name!r}: choose {', '.join(names)}")
-    import datetime as dt
+    name = name.value
 
     # The benchmarks mark their measured part with cudaProfilerStart/Stop: capture only that.
     cmd = [*_collector_cmd(name), "--profile-range", *ctx.args]
     result = do_collect(cmd, out, name=run_name or f"{name}-{dt.datetime.now():%Y%m%d-%H%M%S}",
                         gpu_metrics=gpu_metrics, power=power, timeout=timeout, labels={"bench": name},
                         nsys_args=["--capture-range=cudaProfilerApi", "--capture-range-end=stop"],
-                        log=lambda line: typer.echo(line, err=True))
+                        log=lambda line: typer.echo(line, err=True), step=_step)
     for msg in result.messages:
         _err(msg)
     raise typer.Exit(result.exit_code)
+
+
+@contextlib.contextmanager
+def _step(what: str) -> Iterator[None]:
+    """One step of collect after the program (the export and ingest of its report), with a spinner."""
+    with _progress() as bar:
+        bar.add_task(what, total=None)
+        yield
 
 
 def _collector_cmd(name: str) -> list[str]:
@@ -395,11 +463,15 @@ class TraceqlErrorUsage(TraceqlError, ValueError):
 
 
 def _click_errors() -> tuple[type[Exception], ...]:
-    try:
-        from typer._click.exceptions import ClickException
-    except ImportError:  # typer versions that use click itself
-        from click.exceptions import ClickException
-    return (ClickException,)
+    """The usage errors of the parser: typer's own (it carries a click of its own since 0.2x), or click's."""
+    errors: tuple[type[Exception], ...] = ()
+    if hasattr(typer, "TyperException"):
+        errors += (typer.TyperException,)
+    with contextlib.suppress(ImportError):
+        import click
+
+        errors += (click.ClickException,)
+    return errors
 
 
 def main() -> None:
@@ -415,7 +487,7 @@ def main() -> None:
         _err("interrupted")
         sys.exit(130)
     except _click_errors() as exc:  # usage errors, raised by the click that typer carries
-        if type(exc).__name__ != "NoArgsIsHelpError":  # help was printed already
+        if type(exc).__name__ != "NoArgsIsHelpError" and hasattr(exc, "show"):  # help was printed already
             exc.show()
         sys.exit(EXIT_BAD_INPUT)
     sys.exit(rc if isinstance(rc, int) else 0)

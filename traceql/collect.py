@@ -7,6 +7,7 @@ whole group is ended, whatever report nsys wrote is kept, and traceql says what 
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import importlib.util
 import os
@@ -17,6 +18,8 @@ import signal
 import socket
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -170,13 +173,16 @@ def report_name(name: str) -> str:
     return expanded
 
 
-def collect(cmd: list[str], out: str | Path = "traceql-runs", *, name: str | None = None, gpu_metrics: bool = False,
-            power: bool = False, ncu: bool = False, nsys_args: list[str] | None = None, timeout: float | None = None,
-            labels: dict[str, str] | None = None, kernels_regex: str | None = None, nvtx_include: str | None = None,
-            clock_control: str = "none", ncu_args: list[str] | None = None, log=print) -> Collection:
+def collect(cmd: list[str], out: str | Path = "traceql-runs", *, name: str | None = None,
+            gpu_metrics: bool | None = None, power: bool = False, ncu: bool = False, nsys_args: list[str] | None = None,
+            timeout: float | None = None, labels: dict[str, str] | None = None, kernels_regex: str | None = None,
+            nvtx_include: str | None = None, clock_control: str = "none", ncu_args: list[str] | None = None,
+            log=print, step: Callable[[str], AbstractContextManager] | None = None) -> Collection:
     """Profile ``cmd`` and ingest the result into the run store ``out``.
 
-    The exit code is the program's (through nsys); 124 when ``timeout`` ended it, 130 on Ctrl-C.
+    ``gpu_metrics``: sample GPU metrics; ``None`` (the default) samples them where a GPU is found and says so
+    where none is. ``step(text)``: a context manager around the export and ingest of the report (a progress
+    display). The exit code is the program's (through nsys); 124 when ``timeout`` ended it, 130 on Ctrl-C.
     """
     if not cmd:
         raise UsageError("give the program to profile after --: traceql collect -- python train.py")
@@ -184,6 +190,11 @@ def collect(cmd: list[str], out: str | Path = "traceql-runs", *, name: str | Non
     if {a.split("=", 1)[0] for a in nsys_args or ()} & {"-o", "--output"}:
         raise UsageError("--nsys-args must not set -o/--output: traceql names the report (use --name and --out)")
     have_gpu = gpus_present()
+    metrics_note = None
+    if gpu_metrics is None and not ncu:  # the attribution depends on them: on wherever they can be sampled
+        gpu_metrics = have_gpu
+        if not have_gpu:
+            metrics_note = "GPU metrics not sampled: no NVIDIA GPU found (nvidia-smi -L lists none)"
     if (gpu_metrics or power or ncu) and not have_gpu:
         what = "--gpu-metrics" if gpu_metrics else "--power" if power else "--ncu"
         raise BadInputError(f"{what} needs an NVIDIA GPU, and none was found (nvidia-smi -L lists none); "
@@ -208,6 +219,8 @@ def collect(cmd: list[str], out: str | Path = "traceql-runs", *, name: str | Non
     log("traceql: " + shlex.join(full))
     if not have_gpu:
         log("traceql: no NVIDIA GPU found: collecting CPU, OS runtime and NVTX activity only")
+    if metrics_note:
+        log(f"traceql: {metrics_note}")
     sampler = None
     power_file = reports / f"{name}.power.parquet"
     if power:
@@ -246,8 +259,9 @@ def collect(cmd: list[str], out: str | Path = "traceql-runs", *, name: str | Non
     from .ingest import ingest_one
 
     try:
-        info = ingest_one(report, out, require_kernels=False, labels=all_labels,
-                          power_file=power_file if power and power_file.exists() else None)
+        with (step or _no_step)(f"exporting and ingesting {report.name}"):
+            info = ingest_one(report, out, require_kernels=False, labels=all_labels,
+                              power_file=power_file if power and power_file.exists() else None)
     except BadInputError as exc:
         if code == 0:
             raise
@@ -258,7 +272,18 @@ def collect(cmd: list[str], out: str | Path = "traceql-runs", *, name: str | Non
             manifest["runs"][info.run_id]["labels"] = all_labels
     messages.append(f"run {info.run_id} in {out} ({info.tables.get('kernels', 0)} kernels, "
                     f"{info.tables.get('nvtx', 0)} NVTX events)")
+    if gpu_metrics and not info.already and not info.tables.get("gpu_metrics"):
+        messages.append("GPU metrics were asked for but the report holds none: this GPU or nsys cannot sample them, "
+                        "or the driver keeps GPU performance counters to administrators (see docs/collect.md); the "
+                        "attribution runs without them")
+    for warning in info.warnings:
+        messages.append(f"warning: {warning}")
     return Collection(report, info.run_id, code, messages)
+
+
+@contextlib.contextmanager
+def _no_step(_what: str) -> Iterator[None]:
+    yield
 
 
 def find_ncu() -> str:
