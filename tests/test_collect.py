@@ -285,6 +285,7 @@ def test_collect_with_a_broken_nvidia_smi_collects_cpu_activity(tmp_path):
     env = _env(PATH=_broken_smi_path(tmp_path))
     rc, out, err = run_cli("collect", "-o", tmp_path / "store", "--", sys.executable, CPU_NVTX, env=env)
     assert rc == 0 and "Traceback" not in err, err
+    assert "GPU metrics not sampled: no NVIDIA GPU found" in err  # on by default, said plainly when impossible
     _check_cpu_nvtx_ranges(tmp_path / "store")
     rc, out, err = run_cli("collect", "-o", tmp_path / "store2", "--gpu-metrics", "--", sys.executable, CPU_NVTX,
                            env=env)
