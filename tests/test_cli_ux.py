@@ -128,6 +128,24 @@ def test_python_twin_of_attribute_returns_the_json_output(tmp_path):
 def test_the_package_imports_no_optional_dependency():
     """A lean install: importing traceql and running its CLI's modules pulls neither polars nor vl-convert."""
     code = ("import sys, traceql, traceql.cli, traceql.report, traceql.report.html, traceql.sqlcmd, traceql.collect; "
+            "traceql.report.vega.bundle(); "
             "print(sorted(m for m in ('polars', 'vl_convert', 'pandas') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_the_report_bundle_draws_the_vega_lite_that_altair_writes():
+    """The report inlines a bundled Vega-Lite (no vl-convert at run time); it must be the version altair's specs name
+    (else: python -m traceql.report.vega), and the bytes must be the ones recorded."""
+    import gzip
+    import hashlib
+
+    import altair as alt
+
+    from traceql.report import vega
+
+    info = vega.meta()
+    assert info["vega_lite"] == "v" + "_".join(alt.SCHEMA_VERSION.lstrip("v").split(".")[:2])
+    js = gzip.decompress((Path(vega.__file__).parent / vega.BUNDLE).read_bytes())
+    assert hashlib.sha256(js).hexdigest() == info["sha256"]
+    assert "window.vegaEmbed=" in js.decode() and "</script" not in vega.bundle()

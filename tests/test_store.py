@@ -225,6 +225,7 @@ def test_wheel_ships_queries_and_collectors(tmp_path):
     assert "traceql/queries/__init__.py" in names
     assert "traceql/collectors/overlap.py" in names
     assert "traceql/nsys/adapter.py" in names
+    assert {"traceql/report/vega-bundle.js.gz", "traceql/report/vega-bundle.json"} <= names  # reports draw offline
     sql_files = {f"traceql/queries/{p.name}" for p in (REPO / "queries").glob("*.sql")}
     assert sql_files <= names
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))

@@ -10,12 +10,11 @@ import datetime as dt
 import html
 import json
 import math
-from functools import lru_cache
 
 import pyarrow as pa
 
 from .. import __version__
-from . import SectionResult, labels_of
+from . import SectionResult, labels_of, vega
 from .charts import CHARTS, named_data
 
 SHOWN_LABELS = ("bench", "mode", "env.NCCL_MAX_CTAS", "env.NCCL_MIN_CTAS", "env.NCCL_ALGO", "env.NCCL_PROTO",
@@ -36,15 +35,6 @@ td.name{font-family:ui-monospace,monospace;max-width:360px;white-space:nowrap;ov
 .skipped{background:#fff4e5;border:1px solid #f0b76a;padding:8px 12px;border-radius:4px}
 .empty{color:#888;font-style:italic}.chart{margin:10px 0;overflow-x:auto}.help{color:#555;max-width:900px}
 """
-
-
-@lru_cache(maxsize=1)
-def _vega_bundle() -> str:
-    import vl_convert as vlc
-    from altair.utils._importers import vl_version_for_vl_convert
-
-    bundle = vlc.javascript_bundle(vl_version=vl_version_for_vl_convert())
-    return bundle.replace("</script", "<\\/script")
 
 
 def _json_for_script(obj) -> str:
@@ -198,7 +188,7 @@ def render_page(report) -> str:
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
 <title>{title}</title><style>{CSS}</style>
-<script>{_vega_bundle()}</script>
+<script>{vega.bundle()}</script>
 </head><body>
 <h1>{title}</h1>
 <p class="meta">traceql {html.escape(__version__)} · {html.escape(_recipe_label(rec))} · {now} ·
