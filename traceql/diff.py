@@ -156,8 +156,10 @@ def diff(a: str | Path, b: str | Path, *, group_by_nvtx: str | None = None,
         Path(workdir).mkdir(parents=True, exist_ok=True)
     tmp = tempfile.TemporaryDirectory(prefix="traceql-diff-", dir=workdir)
     try:
-        side_a = load_side(str(a), "A", Path(tmp.name), group_by_nvtx)
-        side_b = load_side(str(b), "B", Path(tmp.name), group_by_nvtx)
+        inputs = {w: side_inputs(str(spec), Path(tmp.name) / w) for w, spec in (("A", a), ("B", b))}
+        preflight(str(a), inputs["A"], str(b), inputs["B"])
+        side_a = load_side(str(a), "A", inputs["A"], Path(tmp.name) / "A", group_by_nvtx)
+        side_b = load_side(str(b), "B", inputs["B"], Path(tmp.name) / "B", group_by_nvtx)
     finally:
         tmp.cleanup()
     return compare(side_a, side_b, group_by_nvtx)
@@ -285,11 +287,39 @@ GROUP BY ALL ORDER BY w.run_id, w.device_id, w.start_ns
 """
 
 
-def load_side(spec: str, which: str, workdir: Path, group_by_nvtx: str | None) -> Side:
-    """Attribute one side and read what the comparison needs from it."""
+def side_inputs(spec: str, side_dir: Path) -> list[Path]:
+    """The input of one side for ``attribute``: a trace as it is, a run directory narrowed to the runs asked for."""
     path, selectors = _resolve(spec)
-    side_dir = workdir / which
-    inputs = [_narrowed_store(path, selectors, side_dir / "store") if store.is_store(path) else path]
+    return [_narrowed_store(path, selectors, side_dir / "store") if store.is_store(path) else path]
+
+
+def preflight(spec_a: str, inputs_a: list[Path], spec_b: str, inputs_b: list[Path]) -> None:
+    """Before the attribution (which takes a while): refuse run directories of different GPU models, or with no
+    activity name in common. Traces are checked after they are ingested, by the comparison itself."""
+    if not all(store.is_store(p) for p in (*inputs_a, *inputs_b)):
+        return
+    seen = []
+    for inputs in (inputs_a, inputs_b):
+        con = store.connect(inputs, views=False)
+        try:
+            gpus = {r[0] for r in con.sql("SELECT DISTINCT name FROM devices WHERE name IS NOT NULL").fetchall()}
+            names = {r[0] for r in con.sql("SELECT DISTINCT name FROM kernels UNION SELECT DISTINCT '[memcpy] ' || "
+                                           "copy_kind FROM memcpy").fetchall()}
+        finally:
+            con.close()
+        seen.append((gpus, names))
+    (gpus_a, names_a), (gpus_b, names_b) = seen
+    if gpus_a and gpus_b and not gpus_a & gpus_b:
+        raise BadInputError(f"A ({spec_a}) ran on {', '.join(sorted(gpus_a))} and B ({spec_b}) on "
+                            f"{', '.join(sorted(gpus_b))}: different GPU models; a diff compares runs of the same "
+                            "program on the same GPU model")
+    if names_a and names_b and not names_a & names_b:
+        raise BadInputError(f"A ({spec_a}) and B ({spec_b}) have no kernel name in common: they are not runs of the "
+                            "same program; compare runs of one program before and after a change")
+
+
+def load_side(spec: str, which: str, inputs: list[Path], side_dir: Path, group_by_nvtx: str | None) -> Side:
+    """Attribute one side and read what the comparison needs from it."""
     con = duckdb.connect()
     try:
         result = attribute(inputs, group_by_nvtx=group_by_nvtx, workdir=side_dir / "work", con=con)
