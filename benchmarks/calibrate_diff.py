@@ -11,8 +11,9 @@ Pairs of runs hold work that the difference between them cannot touch:
   bandwidth-bound and sweep kernels, memsets);
 * repeated runs of one program (tests/data/h200x2, when present: pairs of runs of one configuration): every activity.
 
-For each signature with 4 instances a side or more (the fewest for which a diff gives an interval): the shift of the median between the runs, relative and in ns. Work
-longer than ABS_NOISE_NS / RUN_NOISE must shift by less than RUN_NOISE, shorter work by less than ABS_NOISE_NS.
+For each signature with 4 instances a side or more (the fewest for which a diff gives an interval): the shift of the
+median between the runs, relative and in ns. Work longer than ABS_NOISE_NS / RUN_NOISE must shift by less than
+RUN_NOISE, shorter work by less than ABS_NOISE_NS.
 
     python benchmarks/calibrate_diff.py
 """
@@ -93,7 +94,8 @@ def main() -> None:
                shifts([known], runs, by_range=True, everything=False))
         if (H200X2 / "README.md").exists():
             sys.path.insert(0, str(ROOT / "tests"))
-            from h200x2 import build_store, runs as h200x2_runs
+            from h200x2 import build_store
+            from h200x2 import runs as h200x2_runs
 
             repeated = build_store(Path(tmp) / "h200x2")
             con = store.connect(repeated, views=False)
