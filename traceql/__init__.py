@@ -2,12 +2,13 @@
 
 __version__ = "0.1.0"
 
-# traceql.attribute is the module, callable: traceql.attribute(RUN) is the CLI's twin, as traceql.ingest(...) is
-from . import attribute  # noqa: E402
+# traceql.attribute and traceql.diff are the modules, callable: traceql.attribute(RUN) and traceql.diff(A, B) are the
+# CLI's twins, as traceql.ingest(...) is
+from . import attribute, diff  # noqa: E402
 from .attribute import Attribution  # noqa: E402
 from .errors import BadInputError, SchemaVersionError, TraceqlError  # noqa: E402
 from .ingest import ingest  # noqa: E402
 from .store import connect  # noqa: E402
 
-__all__ = ["__version__", "ingest", "connect", "attribute", "Attribution", "TraceqlError", "BadInputError",
+__all__ = ["__version__", "ingest", "connect", "attribute", "Attribution", "diff", "TraceqlError", "BadInputError",
            "SchemaVersionError"]

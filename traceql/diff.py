@@ -23,7 +23,9 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import sys
 import tempfile
+import types
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -405,3 +407,14 @@ def data_key(*arrays: np.ndarray) -> str:
         h.update(np.sort(np.asarray(a, dtype=np.float64)).tobytes())
         h.update(b"|")
     return h.hexdigest()
+
+
+class _CallableModule(types.ModuleType):
+    """This module, callable: ``traceql.diff(A, B, ...)`` is :func:`diff`, the twin of ``traceql diff``, while
+    ``from traceql.diff import ...`` and ``traceql.diff.X`` keep working (as ``traceql.attribute`` does)."""
+
+    def __call__(self, *args, **kwargs) -> Diff:
+        return diff(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule
