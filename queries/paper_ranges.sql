@@ -5,7 +5,8 @@
 -- M is normalized by the aliases below (case-insensitive); ranges with any other mode (e.g. mode=ddp) are left out.
 -- The labels op, dtype, bytes and max_ctas get columns; max_ctas falls back to the run's NCCL_MAX_CTAS (recorded
 -- by traceql collect) and then to 'default'. step, iter and iteration number the iterations of one configuration;
--- every other label goes into config.
+-- every other label goes into config. A mode range that holds other mode ranges of its process (a mode:NAME range
+-- around per-step case:NAME;mode=...;step=N ranges) only contains them: the inner ones count, with their labels.
 -- columns:
 --   run_id      VARCHAR  run
 --   global_pid  BIGINT   process that pushed the range
@@ -38,11 +39,19 @@ WITH aliases(alias, mode) AS (
     FROM nvtx n
     WHERE n.event_type IN ('push_pop', 'start_end') AND n.end_ns IS NOT NULL
       AND (n.case_name IS NOT NULL OR n.text ILIKE 'mode:%')
+), valid AS (
+    SELECT m.*, a.mode FROM marked m JOIN aliases a ON a.alias = lower(m.mode_label)
+), innermost AS (
+    SELECT o.* FROM valid o
+    WHERE NOT EXISTS (SELECT 1 FROM valid i
+                      WHERE i.run_id = o.run_id AND i.global_pid = o.global_pid AND i.start_ns >= o.start_ns
+                        AND i.end_ns <= o.end_ns AND (i.start_ns, i.end_ns, i.global_tid, i.text)
+                            <> (o.start_ns, o.end_ns, o.global_tid, o.text))
 ), run_ctas AS (
     SELECT run_id, json_extract_string(labels_json, '$."env.NCCL_MAX_CTAS"') AS env_max_ctas FROM runs
 )
 SELECT m.run_id, m.global_pid, m.global_tid, m.domain, m.depth, m.start_ns, m.end_ns, m.text, m.workload,
-       a.mode, m.mode_label, m.labels['op'] AS op, m.labels['dtype'] AS dtype,
+       m.mode, m.mode_label, m.labels['op'] AS op, m.labels['dtype'] AS dtype,
        TRY_CAST(m.labels['bytes'] AS BIGINT) AS bytes,
        coalesce(m.labels['max_ctas'], r.env_max_ctas, 'default') AS max_ctas,
        array_to_string(list_sort(list_transform(
@@ -50,6 +59,5 @@ SELECT m.run_id, m.global_pid, m.global_tid, m.domain, m.depth, m.start_ns, m.en
                                                                        'step', 'iter', 'iteration')),
            lambda e: e.key || '=' || e.value)), ';') AS config,
        coalesce(m.labels['step'], m.labels['iter'], m.labels['iteration']) AS iteration
-FROM marked m
-JOIN aliases a ON a.alias = lower(m.mode_label)
+FROM innermost m
 LEFT JOIN run_ctas r USING (run_id)

@@ -28,8 +28,9 @@ import pyarrow as pa
 
 from .. import store
 from ..errors import BadInputError, TraceqlError, UsageError
+from . import figures as fg
 from .breakdown import FACTORS, breakdowns
-from .figures import FIGURES, KEY, MODES, N_BOOT, config_figures, config_label, group_iterations, headline, mode_stats
+from .figures import FIGURES, KEY, MODES, N_BOOT, Est
 from .power import mode_power
 
 VIEWS = {"iterations": "paper_iterations", "power": "paper_power", "instances": "paper_instances"}
@@ -50,11 +51,25 @@ class Paper:
     breakdown: pa.Table
     runs: list[dict] = field(default_factory=list)  # run_id, run, gpu_names, labels_json
     skipped: list[dict] = field(default_factory=list)  # run_id, run, reason
+    estimates: dict = field(default_factory=dict, repr=False)  # config key -> figure -> Est (with replicates)
 
     def table(self, name: str) -> pa.Table:
         if name not in TABLES:
             raise UsageError(f"table {name!r}: choose {', '.join(TABLES)}")
         return getattr(self, name)
+
+    def average(self, figure: str, configs: list[dict]) -> dict:
+        """The average of ``figure`` over some of the ``configs`` rows, with its bootstrap interval (as the headline
+        computes it for its groups): ``{"avg", "avg_lo", "avg_hi", "configs"}``."""
+        ests = [self.estimates[tuple(c[k] for k in KEY)][figure] for c in configs]
+        ests = [e for e in ests if not math.isnan(e.point)]
+        if not ests:
+            return {"avg": None, "avg_lo": None, "avg_hi": None, "configs": 0}
+        reps = sum(e.reps for e in ests) / len(ests) if all(e.reps is not None for e in ests) else None
+        avg = Est(sum(e.point for e in ests) / len(ests), reps)
+        lo, hi = avg.interval()
+        return {"avg": avg.point, "avg_lo": None if math.isnan(lo) else lo, "avg_hi": None if math.isnan(hi) else hi,
+                "configs": len(ests)}
 
     def to_json(self) -> dict:
         return {name: [{k: _num(v) for k, v in r.items()} for r in self.table(name).to_pylist()] for name in TABLES} | {
@@ -94,9 +109,10 @@ def paper(inputs: Sequence[str | Path] | str | Path, *, on_error: str = "raise",
     finally:
         if tmp is not None:
             tmp.cleanup()
-    out = reduce(tables, n_boot=n_boot)
+    estimates: dict = {}
+    out = reduce(tables, n_boot=n_boot, estimates=estimates)
     read = [r for r in runs if r["run_id"] in marked and r["run_id"] not in {s["run_id"] for s in skipped}]
-    return Paper(**out, runs=read, skipped=skipped)
+    return Paper(**out, runs=read, skipped=skipped, estimates=estimates)
 
 
 def _runs_with_modes(dirs: list[Path]) -> tuple[list[dict], list[str], list[str]]:
@@ -159,30 +175,35 @@ def _query(dirs: list[Path], run_ids: list[str], ncu_runs: list[str], names: dic
         con.close()
 
 
-def reduce(tables: dict[str, pa.Table], n_boot: int = N_BOOT) -> dict[str, pa.Table]:
-    """The four tables from the views' rows of any number of runs (each row tagged ``run_id``, optionally ``run``)."""
+def reduce(tables: dict[str, pa.Table], n_boot: int = N_BOOT, estimates: dict | None = None) -> dict[str, pa.Table]:
+    """The four tables from the views' rows of any number of runs (each row tagged ``run_id``, optionally ``run``).
+
+    ``estimates``: a dict to fill with every configuration's figures and their replicates (config key -> figure ->
+    Est), for averages over other groups of configurations (:meth:`Paper.average`)."""
     iterations = _rows(tables.get("iterations"))
     power_rows = _rows(tables.get("power"))
-    by_config = group_iterations(iterations)
+    by_config = fg.group_iterations(iterations)
     power_by: dict[tuple, dict[str, list[dict]]] = {}
     for r in power_rows:
         power_by.setdefault(_key(r), {}).setdefault(r["mode"], []).append(r)
     configs, modes, figs = [], [], {}
     for key, mode_rows in by_config.items():
         first = next(iter(mode_rows.values()))[0]
-        stats = {m: mode_stats(rows, (*key, m), n_boot) for m, rows in mode_rows.items()}
+        stats = {m: fg.mode_stats(rows, (*key, m), n_boot) for m, rows in mode_rows.items()}
         power = {m: mode_power(power_by.get(key, {}).get(m, []), stats[m]["wall_ns"], (*key, m), n_boot)
                  for m in stats}
-        f = config_figures(stats, power)
+        f = fg.config_figures(stats, power)
         c = {k: first.get(k) for k in KEY} | {"run": first.get("run") or first["run_id"]}
-        c["label"] = config_label(c)
+        c["label"] = fg.config_label(c)
         c["_key"] = key
         figs[key] = f
+        if estimates is not None:
+            estimates[key] = f
         configs.append(_config_row(c, stats, f, first))
         for m in MODES:
             if m in stats:
                 modes.append(_mode_row(c, m, stats[m], power[m]))
-    head = headline(configs, figs)
+    head = fg.headline(configs, figs)
     parts = breakdowns(_rows(tables.get("instances")), n_boot)
     labels = {c["_key"]: c for c in configs}
     breakdown = []
@@ -220,6 +241,9 @@ def _config_row(c: dict, stats: dict, f: dict, first: dict) -> dict:
     for fig in FIGURES:
         _with_interval(row, fig.name, f[fig.name])
     _with_interval(row, "compute_covered", f["compute_covered"])
+    _with_interval(row, "in_overlap_slowdown", f["in_overlap_slowdown"])
+    row["comm_sms"] = next((stats[m]["comm_sms"] for m in ("comm", "overlapped") if m in stats
+                            and stats[m]["comm_sms"] is not None), None)
     comm = stats.get("comm")
     row["comm_only_gbps"] = (c["bytes"] / comm["comm_ns"].point if comm and c["bytes"] and comm["comm_ns"].point
                              else None)
@@ -261,7 +285,8 @@ HEADLINE_TYPES = {"figure": pa.string(), "group_by": pa.string(), "group": pa.st
                   "paper_max": pa.float64()}
 CONFIG_TYPES = {**_ID, "modes": pa.string(), "gpus": pa.int64(), "iterations": pa.int64(),
                 **{f"{m}_iter_ns": pa.float64() for m in MODES}, **_ci(*(f.name for f in FIGURES)),
-                **_ci("compute_covered"), "comm_only_gbps": pa.float64()}
+                **_ci("compute_covered", "in_overlap_slowdown"), "comm_sms": pa.float64(),
+                "comm_only_gbps": pa.float64()}
 MODE_TYPES = {**_ID, "mode": pa.string(), "gpus": pa.int64(), "iterations": pa.int64(),
               **_ci("iter_ns", "compute_ns", "comm_ns", "energy_per_iter_j", "mean_power_w", "peak_power_w"),
               "power_limit_w": pa.float64(), "power_samples": pa.int64(), "counter_updates": pa.int64(),

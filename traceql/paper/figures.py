@@ -24,6 +24,7 @@ KEY = ("run_id", "workload", "op", "dtype", "bytes", "max_ctas", "config")
 DIMENSIONS = ("workload", "op", "dtype", "bytes", "max_ctas")  # headline groups, besides all configurations
 QUANTITIES = ("wall_ns", "compute_ns", "comm_ns", "hidden_comm_ns", "compute_ovl_ns")
 N_BOOT = 2000
+IN_OVERLAP_MIN_F = 0.2  # DESIGN.md (Metrics): below it the covered part is too small to divide by
 
 
 @dataclass(frozen=True)
@@ -127,6 +128,8 @@ def mode_stats(rows: list[dict], key: tuple, n_boot: int = N_BOOT) -> dict[str, 
                               for j, q in enumerate(QUANTITIES)}
     out["iterations"] = min(counts)
     out["gpus"] = len(arrays)
+    comm = sum(r["comm_ns"] or 0 for r in rows)
+    out["comm_sms"] = sum(r["comm_sm_ns"] or 0 for r in rows) / comm if comm else None
     return out
 
 
@@ -151,6 +154,12 @@ def config_figures(modes: dict[str, dict], power: dict[str, dict] | None = None)
         "compute_covered": combine(lambda c, t: c / t, q("overlapped", "compute_ovl_ns"),
                                    q("overlapped", "compute_ns")),
     }
+    # DESIGN.md's in-overlap slowdown: the slowdown of the covered part alone, sigma = 1/rho - 1 with
+    # rho = (1/(1+s) - (1-f))/f, where f is the share of compute time communication covered (defined for f >= 0.2)
+    covered = figs["compute_covered"]
+    figs["in_overlap_slowdown"] = (combine(lambda s, f: 1 / ((1 / (1 + s) - (1 - f)) / f) - 1,
+                                           figs["compute_slowdown"], covered)
+                                   if covered.point >= IN_OVERLAP_MIN_F else Est(NAN))
     # the efficiency divides by what overlapping could gain at best; where that is not measurably above zero (a
     # collective far shorter than the compute beside it) the ratio is noise over noise: left undefined
     potential = combine(lambda s, c, m: s - np.maximum(c, m), q("sequential", "wall_ns"), q("compute", "wall_ns"),
