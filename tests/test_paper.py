@@ -375,6 +375,14 @@ def test_paper_recipe_report(tmp_path):
     assert head["compute_slowdown"]["average"].startswith("+20.0% [")
     page = (tmp_path / "paper.html").read_text()
     assert "compute_slowdown" in page and "18.9% avg, 40.0% max" in page
+    from test_report import _browser_or_skip
+
+    _browser_or_skip()
+    from traceql.report.browser import check_page
+
+    check = check_page(tmp_path / "paper.html", tmp_path / "paper.png")
+    assert check.charts == 2 and check.ok, check  # the figures and the breakdown, drawn offline
+    assert "Why: the overlapped instances' slowdown by cause" in check.text
 
 
 def test_recipe_reduce_is_checked():
