@@ -2,7 +2,8 @@
 -- sample; one row with NULL sample columns when none fell inside). NVML's energy counter and power reading change
 -- only every ~100 ms on H200 (run_update_ns says how often in this run), far less often than they are sampled, so
 -- energy over a range needs counter updates inside it: a sample whose energy differs from the sample before it is
--- an update. traceql.paper turns these rows into energy, mean and peak power per mode, with intervals.
+-- an update, taken to have happened midway between the two samples. traceql.paper turns these rows into energy,
+-- mean and peak power per mode, with intervals.
 -- columns:
 --   run_id           VARCHAR  run
 --   workload         VARCHAR  case name, or 'mode'
@@ -24,6 +25,7 @@
 --   power_w          DOUBLE   power reading (W)
 --   energy_j         DOUBLE   energy counter (J)
 --   energy_update    BOOLEAN  the energy counter changed since the sample before
+--   update_ns        BIGINT   when it changed: the midpoint between this sample and the one before (ns)
 --   power_limit_w    DOUBLE   enforced power limit (W)
 WITH spans AS (
     SELECT run_id, workload, op, dtype, bytes, max_ctas, config, mode, global_pid, device_id, mode_start_ns,
@@ -31,9 +33,10 @@ WITH spans AS (
     FROM paper_iterations GROUP BY ALL
 ), samples AS (
     SELECT run_id, device_id, ts_ns, power_w, energy_j, power_limit_w,
-           energy_j IS DISTINCT FROM lag(energy_j) OVER (PARTITION BY run_id, device_id ORDER BY ts_ns)
-               AND lag(energy_j) OVER (PARTITION BY run_id, device_id ORDER BY ts_ns) IS NOT NULL AS energy_update
+           energy_j IS DISTINCT FROM lag(energy_j) OVER w AND lag(energy_j) OVER w IS NOT NULL AS energy_update,
+           (ts_ns + lag(ts_ns) OVER w) // 2 AS update_ns
     FROM power
+    WINDOW w AS (PARTITION BY run_id, device_id ORDER BY ts_ns)
 ), updates AS (
     SELECT run_id, device_id, ts_ns - lag(ts_ns) OVER (PARTITION BY run_id, device_id ORDER BY ts_ns) AS gap_ns
     FROM samples WHERE energy_update
@@ -41,7 +44,7 @@ WITH spans AS (
 SELECT sp.run_id, sp.workload, sp.op, sp.dtype, sp.bytes, sp.max_ctas, sp.config, sp.mode, sp.global_pid,
        sp.device_id, sp.mode_start_ns, sp.span_start_ns, sp.span_end_ns, sp.iterations,
        coalesce(d.run_samples, 0) AS run_samples, u.run_update_ns::DOUBLE AS run_update_ns, s.ts_ns, s.power_w,
-       s.energy_j, s.energy_update, s.power_limit_w
+       s.energy_j, s.energy_update, CASE WHEN s.energy_update THEN s.update_ns END AS update_ns, s.power_limit_w
 FROM spans sp
 LEFT JOIN (SELECT run_id, device_id, count(*) AS run_samples FROM samples GROUP BY ALL) d
        ON d.run_id = sp.run_id AND d.device_id = sp.device_id

@@ -255,7 +255,7 @@ def test_too_few_counter_changes_are_said():
 
     span = dict(global_pid=1, device_id=0, mode_start_ns=0, span_start_ns=0, span_end_ns=2_000_000, iterations=4,
                 run_samples=100, run_update_ns=100e6, power_limit_w=700.0)
-    rows = [span | dict(ts_ns=ts, power_w=300.0, energy_j=10.0, energy_update=ts == 1_000_000)
+    rows = [span | dict(ts_ns=ts, power_w=300.0, energy_j=10.0, energy_update=ts == 1_000_000, update_ns=ts - 250_000)
             for ts in range(0, 2_000_000, 500_000)]
     out = mode_power(rows, None, ("k",))
     assert out["counter_updates"] == 1

@@ -6,7 +6,8 @@ energy figure, and the figure covers the time between its first and last change.
 energy over that time (ratio of sums over the intervals between changes); its interval resamples those intervals.
 The peak is the highest power reading inside the range (a reading NVML has itself averaged, so a lower bound of
 the instantaneous peak); its interval resamples the readings. Energy per iteration is mean power x GPUs x
-iteration time. Where the data cannot give a number, ``note`` says why instead.
+iteration time. A change is taken to happen midway between the sample that shows it and the one before. Where
+the data cannot give a number, ``note`` says why instead.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ def mode_power(rows: list[dict], wall: Est | None, key: tuple, n_boot: int = N_B
             n_upd += len(changes)
             for a, b in zip(changes, changes[1:], strict=False):
                 d_e.append(b["energy_j"] - a["energy_j"])
-                d_t.append((b["ts_ns"] - a["ts_ns"]) / 1e9)
+                d_t.append((b["update_ns"] - a["update_ns"]) / 1e9)
         updates.append(n_upd)
         if n_upd < MIN_UPDATES or not d_t:
             continue
