@@ -107,6 +107,7 @@ def ingest_one(trace: str | Path, out: str | Path, *, require_kernels: bool = Tr
     if fmt == "nsys-rep" or path.suffix in DECOMPRESSORS or ident.seen(trace):
         if (prior := ident.ingested()) is not None:
             return prior
+    created = None if out.exists() else out  # removed again if nothing gets published into it
     tmp = store.staging_dir(out)
     try:
         if fmt == "nsys-rep":
@@ -124,7 +125,7 @@ def ingest_one(trace: str | Path, out: str | Path, *, require_kernels: bool = Tr
             export.unlink()
         info.already = not store.publish_run(out, tmp, info.run_id, info.manifest_entry())
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        store.discard(tmp, created)
     return info
 
 
@@ -211,7 +212,11 @@ def _write_run(trace: Path, export: Path, fmt: str, ident: _Identity, tmp: Path,
             data, dropped = screen.screen(table, data)
             info.repairs.update(dropped)
             data = data.append_column("run_id", pa.repeat(pa.scalar(info.run_id, pa.string()), data.num_rows))
-            schema.write(table, data, tmp / f"{table}.parquet")
+            try:
+                schema.write(table, data, tmp / f"{table}.parquet")
+            except (pa.ArrowException, ValueError) as exc:  # values nsys does not write, e.g. fractional times
+                raise BadInputError(f"{trace}: its {table} do not fit traceql's schema ({exc}); the export holds "
+                                    "values nsys does not write: export it again from the .nsys-rep") from exc
             info.tables[table] = data.num_rows
 
         start = None

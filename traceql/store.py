@@ -13,6 +13,7 @@ ingest into the same directory.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
@@ -83,11 +84,33 @@ LEGACY_STAGING_AGE_S = 3600  # a staging folder that names no process: removed o
 def staging_dir(root: Path) -> Path:
     """A fresh folder in ``root`` to write a run into before publishing it, named after this process, after removing
     the folders that ingests killed mid-way left behind (their process is gone)."""
-    root.mkdir(parents=True, exist_ok=True)
-    for leftover in root.glob(f"{STAGING_PREFIX}*"):
-        if leftover.is_dir() and _abandoned(leftover):
-            shutil.rmtree(leftover, ignore_errors=True)
-    return Path(tempfile.mkdtemp(dir=root, prefix=f"{STAGING_PREFIX}{os.getpid()}-"))
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        for leftover in root.glob(f"{STAGING_PREFIX}*"):
+            if leftover.is_dir() and _abandoned(leftover):
+                shutil.rmtree(leftover, ignore_errors=True)
+        return Path(tempfile.mkdtemp(dir=root, prefix=f"{STAGING_PREFIX}{os.getpid()}-"))
+    except OSError as exc:
+        raise unwritable(root, exc) from exc
+
+
+def unwritable(path: Path, exc: OSError) -> BadInputError:
+    """An output that cannot be written (not a folder, read-only, full): bad input naming it and the next step."""
+    why = exc.strerror or str(exc)
+    hint = {errno.ENOSPC: "free space on its file system or write elsewhere",
+            errno.EFBIG: "the file exceeds the size limit of this process (ulimit -f): raise it or write elsewhere",
+            errno.EDQUOT: "free space in your quota or write elsewhere"}.get(exc.errno,
+                                                                              "give a path you can write to")
+    return BadInputError(f"{path}: cannot write here ({why}); {hint}")
+
+
+def discard(staged: Path, created: Path | None = None) -> None:
+    """Remove a staging folder whatever became of its run, and ``created`` (a run directory the same ingest made) when
+    nothing was published into it: a failed ingest leaves no trace."""
+    shutil.rmtree(staged, ignore_errors=True)
+    if created is not None:
+        with contextlib.suppress(OSError):  # not empty: a run or another ingest's staging folder is in it
+            created.rmdir()
 
 
 def _abandoned(folder: Path) -> bool:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import shutil
 from dataclasses import asdict
 from pathlib import Path
 
@@ -52,6 +51,7 @@ def ingest_ncu_report(trace: str | Path, out: str | Path, *, labels: dict[str, s
     if store.is_store(out) and run_id in store.read_manifest(out)["runs"]:
         info = store.read_manifest(out)["runs"][run_id]
         return RunInfo(run_id, info["source_path"], digest, info["format"], info.get("tables", {}), already=True)
+    created = None if out.exists() else out  # removed again if nothing gets published into it
     tmp = store.staging_dir(out)
     try:
         path = decompress(trace, tmp / f"report{SUFFIX}") if trace.suffix in DECOMPRESSORS else trace
@@ -62,7 +62,7 @@ def ingest_ncu_report(trace: str | Path, out: str | Path, *, labels: dict[str, s
         _write_run(report, trace, run_id, digest, labels or {}, tmp, info)
         info.already = not store.publish_run(out, tmp, run_id, info.manifest_entry())
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        store.discard(tmp, created)
     return info
 
 

@@ -15,6 +15,7 @@ Facts the SQL relies on (checked on real exports of both versions):
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -23,7 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .. import classify
-from ..errors import BadInputError, SchemaVersionError
+from ..errors import BadInputError, SchemaVersionError, TraceqlError
 from .source import Source
 
 SUPPORTED_MAJOR = {3}
@@ -34,6 +35,28 @@ MEM_KINDS = {0: "pageable", 1: "pinned", 2: "device", 3: "array", 4: "managed", 
              6: "managed_static", 7: "unknown"}
 NVTX_TYPES = {33: "category", 34: "mark", 59: "push_pop", 60: "start_end", 75: "domain_create",
               76: "domain_destroy"}
+
+
+# what a damaged export or one nsys did not write raises while it is read: a column missing, values of another type
+UNREADABLE = (duckdb.Error, pa.ArrowException, ValueError, TypeError, OverflowError)
+
+
+def _reads(*tables: str):
+    """The method reads these export tables; failing to read them as nsys writes them (a column missing, values of
+    another type, damaged pages) is bad input that names the file and the tables, not a traceback. A method that
+    returns batches is guarded while they are read."""
+    def wrap(fn):
+        @functools.wraps(fn)
+        def method(self: Adapter, *args, **kwargs):
+            try:
+                result = fn(self, *args, **kwargs)
+            except TraceqlError:
+                raise
+            except UNREADABLE as exc:
+                raise self.unreadable(tables, exc) from exc
+            return self._guarded(tables, result) if isinstance(result, Iterator) else result
+        return method
+    return wrap
 
 
 @dataclass
@@ -50,6 +73,10 @@ class Adapter:
         """Register ``raw_<table>`` with the wanted columns that exist; return its name and those columns."""
         present = set(self.source.columns(table))
         cols = [c for c in wanted if c in present]
+        if not cols:
+            raise BadInputError(f"{self.source.path}: table {table} has none of the columns nsys writes "
+                                f"({', '.join(wanted)}); the file was not written by nsys: export it again from "
+                                "the .nsys-rep")
         return self.source.register(self.con, table, cols), set(cols)
 
     @staticmethod
@@ -69,7 +96,8 @@ class Adapter:
 
     def _strings(self) -> str:
         if not self.has("StringIds"):
-            raise BadInputError(f"{self.source.path}: no StringIds table; not an Nsight Systems export")
+            raise BadInputError(f"{self.source.path}: no StringIds table, which every Nsight Systems export has; "
+                                "export it again from the .nsys-rep (`nsys export -t sqlite`)")
         if not hasattr(self, "_strings_rel"):
             self._strings_rel, _ = self.load("StringIds", ["id", "value"])
         return self._strings_rel
@@ -77,7 +105,22 @@ class Adapter:
     def fetch(self, sql: str) -> pa.Table:
         return self.con.sql(sql).to_arrow_table()
 
+    def unreadable(self, tables: tuple[str, ...], exc: BaseException) -> BadInputError:
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        return BadInputError(f"{self.source.path}: {', '.join(t for t in tables if self.has(t)) or tables[0]} cannot "
+                             f"be read as nsys writes it ({reason}); the file is damaged or was not written by nsys: "
+                             "export it again from the .nsys-rep (`nsys export -t sqlite`)")
+
+    def _guarded(self, tables: tuple[str, ...], batches: Iterator) -> Iterator:
+        try:
+            yield from batches
+        except TraceqlError:
+            raise
+        except UNREADABLE as exc:
+            raise self.unreadable(tables, exc) from exc
+
     # -- tables --------------------------------------------------------------------------
+    @_reads("TARGET_INFO_GPU")
     def devices(self) -> pa.Table | None:
         if not self.has("TARGET_INFO_GPU"):
             return None
@@ -95,6 +138,7 @@ class Adapter:
                    {c(p, 'maxBlocksPerSm', 'max_blocks_per_sm')}, {c(p, 'maxRegistersPerSm', 'max_regs_per_sm')}
             FROM {rel} r ORDER BY device_id""")
 
+    @_reads("PROCESSES")
     def processes(self) -> pa.Table | None:
         if not self.has("PROCESSES"):
             return None
@@ -117,6 +161,7 @@ class Adapter:
                     ON dm.pid = (r.globalPid >> 24) & {TID_MASK} AND dm.cuda_device = r.deviceId"""
         return common, p, joins
 
+    @_reads("CUPTI_ACTIVITY_KIND_KERNEL", "StringIds", "TARGET_INFO_CUDA_DEVICE")
     def kernels(self) -> pa.Table | None:
         table = "CUPTI_ACTIVITY_KIND_KERNEL"
         if not self.has(table):
@@ -145,6 +190,7 @@ class Adapter:
             LEFT JOIN kernel_classes kc ON kc.name = dn.value
             ORDER BY device_id, start_ns""")
 
+    @_reads("CUPTI_ACTIVITY_KIND_MEMCPY", "TARGET_INFO_CUDA_DEVICE")
     def memcpy(self) -> pa.Table | None:
         table = "CUPTI_ACTIVITY_KIND_MEMCPY"
         if not self.has(table):
@@ -167,6 +213,7 @@ class Adapter:
                  AND ddm.cuda_device = {self.ref(p, 'dstDeviceId')}
             ORDER BY device_id, start_ns""")
 
+    @_reads("CUPTI_ACTIVITY_KIND_MEMSET", "TARGET_INFO_CUDA_DEVICE")
     def memset(self) -> pa.Table | None:
         table = "CUPTI_ACTIVITY_KIND_MEMSET"
         if not self.has(table):
@@ -178,6 +225,7 @@ class Adapter:
             {joins} LEFT JOIN {_enum_values(MEM_KINDS)} mk ON mk.id = {self.ref(p, 'memKind')}
             ORDER BY device_id, start_ns""")
 
+    @_reads("NVTX_EVENTS", "StringIds")
     def nvtx(self) -> pa.Table | None:
         if not self.has("NVTX_EVENTS"):
             return None
@@ -219,6 +267,7 @@ class Adapter:
             LEFT JOIN parts pt USING (rid)
             ORDER BY global_tid, start_ns""")
 
+    @_reads("CUPTI_ACTIVITY_KIND_RUNTIME", "StringIds")
     def runtime_api(self) -> pa.Table | None:
         if not self.has("CUPTI_ACTIVITY_KIND_RUNTIME"):
             return None
@@ -232,6 +281,7 @@ class Adapter:
                    {c(p, 'correlationId', 'correlation_id')}, {c(p, 'returnValue', 'return_value')}
             FROM {rel} r LEFT JOIN {strings} s ON s.id = r.nameId ORDER BY global_tid, start_ns""")
 
+    @_reads("GPU_METRICS", "TARGET_INFO_GPU_METRICS")
     def gpu_metrics(self, batch_rows: int = 1 << 18, workers: int | None = None) -> Iterator[pa.RecordBatch] | None:
         """Samples in table order, as batches of device_id, ts_ns, metric, value; ``metric`` comes
         dictionary-encoded (the few metric names), so that no batch copies a name per row.
@@ -239,9 +289,10 @@ class Adapter:
         ``GPU_METRICS`` is the largest table of an export by far, so it is not joined in DuckDB
         (which would hold it all) but scanned in batches and looked up in Arrow.
         """
-        if not (self.has("GPU_METRICS") and self.has("TARGET_INFO_GPU_METRICS")):
+        if not self.has("GPU_METRICS"):
             return None
-        lookup = self._lookup = self._metric_lookup()
+        # without the metrics' descriptions no sample can be named: each is dropped and counted, not read silently
+        lookup = self._lookup = self._metric_lookup() if self.has("TARGET_INFO_GPU_METRICS") else MetricLookup([])
         columns = ["timestamp", "typeId", "metricId", "value"]
         return (lookup.apply(batch) for batch in self.source.scan("GPU_METRICS", columns, batch_rows=batch_rows,
                                                                    workers=workers))

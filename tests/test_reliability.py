@@ -1,0 +1,436 @@
+"""The reliability suite: every kind of bad input traceql meets, one case each, across ingest, sql, attribute, report
+and collect (the harness and the checks every case passes are in tests/reliability.py; docs/reliability.md lists
+the cases and is generated from them by benchmarks/reliability_report.py).
+
+Inputs are built once per session from the real exports in tests/data and copied or edited per case; commands run
+in this process where they can, in a child where a signal, a resource limit or a second process is the point.
+"""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import json
+import lzma
+import os
+import resource
+import shutil
+import signal
+import sqlite3
+import sys
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from conftest import DATA, H200, NSYS2022
+from reliability import CASES, Env, Run, case, check, store_problems
+from synthetic import launches, make_store
+
+RESULTS: dict[str, dict] = {}
+
+
+# -- inputs, built once ------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def inputs(tmp_path_factory, contention_sqlite, contention_parquet_run, cpu_nvtx_run) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("reliability-inputs")
+    ncu = root / "kernels.ncu-rep"
+    with lzma.open(H200 / "kernels.ncu-rep.xz") as src, ncu.open("wb") as dst:
+        shutil.copyfileobj(src, dst)
+    synthetic = root / "synthetic"
+    alone = [dict(start_ns=i * 10_000, end_ns=i * 10_000 + 1000, name="gemm", ctas=8, correlation_id=i + 1)
+             for i in range(4)]
+    beside = [dict(start_ns=50_000 + i * 10_000, end_ns=50_000 + i * 10_000 + 1500, name="gemm", ctas=8,
+                   correlation_id=10 + i) for i in range(2)]
+    comm = [dict(start_ns=50_000 + i * 10_000, end_ns=50_000 + i * 10_000 + 1500, kind="comm", ctas=4,
+                 correlation_id=20 + i, stream_id=9) for i in range(2)]
+    make_store(synthetic, kernels=alone + beside + comm, runtime_api=launches(alone + beside + comm))
+    other_gpu = root / "other_gpu"
+    make_store(other_gpu, kernels=alone + beside + comm, runtime_api=launches(alone + beside + comm),
+               devices=[dict(device_id=0, name="NVIDIA A100-SXM4-80GB", sm_count=108)])
+    ncu_store = root / "ncu_store"
+    import traceql
+
+    traceql.ingest(ncu, ncu_store)
+    return {"cpu_nvtx": NSYS2022 / "cpu_nvtx.sqlite", "contention": contention_sqlite,
+            "contention_xz": H200 / "contention.sqlite.xz", "parquetdir": H200 / "contention_parquetdir",
+            "cpu_rep": NSYS2022 / "cpu_nvtx.nsys-rep", "new_rep": H200 / "contention.nsys-rep",
+            "ncu_xz": H200 / "kernels.ncu-rep.xz", "ncu": ncu, "store": contention_parquet_run,
+            "nvtx_store": cpu_nvtx_run, "synthetic": synthetic, "other_gpu": other_gpu, "ncu_store": ncu_store}
+
+
+def pytest_generate_tests(metafunc):
+    if "cid" in metafunc.fixturenames:  # every case registered below, once the module is read
+        metafunc.parametrize("cid", sorted(CASES))
+
+
+def test_case(cid, inputs, tmp_path):
+    c = CASES[cid]
+    started = time.perf_counter()
+    run = c.fn(Env(tmp_path, inputs))
+    problems = check(c, run)
+    RESULTS[cid] = {"command": c.command, "what": c.what, "expect": c.expect, "rc": run.rc, "clean": not problems,
+                    "seconds": round(time.perf_counter() - started, 2),
+                    "message": next((line for line in run.err.splitlines() if line.startswith("traceql:")), "")}
+    assert not problems, "\n".join(problems)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _results_file():
+    """With TRACEQL_RELIABILITY_JSON set, every case's outcome goes there (benchmarks/reliability_report.py)."""
+    yield
+    out = os.environ.get("TRACEQL_RELIABILITY_JSON")
+    if out and RESULTS:
+        Path(out).write_text(json.dumps(RESULTS, indent=1, sort_keys=True))
+
+
+# -- builders ----------------------------------------------------------------------------------------------------
+
+def copy(env: Env, key: str, name: str | None = None) -> Path:
+    src = env.inputs[key]
+    dest = env.path(name or src.name)
+    if src.is_dir():
+        shutil.copytree(src, dest)
+    else:
+        shutil.copy(src, dest)
+        dest.chmod(0o644)
+    return dest
+
+
+def edited(env: Env, name: str, *sql: str, src: str = "cpu_nvtx", rebuild: tuple[str, ...] = ()) -> Path:
+    """A copy of a real export with ``sql`` run on it; ``rebuild`` tables lose their NOT NULL constraints first."""
+    p = copy(env, src, name)
+    con = sqlite3.connect(p)
+    for table in rebuild:
+        con.execute(f"CREATE TABLE _copy AS SELECT * FROM {table}")
+        con.execute(f"DROP TABLE {table}")
+        con.execute(f"ALTER TABLE _copy RENAME TO {table}")
+    for s in sql:
+        con.execute(s)
+    con.commit()
+    con.close()
+    return p
+
+
+def without_column(env: Env, name: str, table: str, column: str, src: str = "contention") -> Path:
+    p = copy(env, src, name)
+    con = sqlite3.connect(p)
+    con.execute(f'ALTER TABLE {table} DROP COLUMN "{column}"')
+    con.commit()
+    con.close()
+    return p
+
+
+def written(env: Env, name: str, data: bytes) -> Path:
+    p = env.path(name)
+    p.write_bytes(data)
+    return p
+
+
+def ingest(env: Env, trace: Path, *extra, words_path: Path | None = None, store: str = "fresh") -> Run:
+    """``traceql ingest TRACE -o OUT``: into a fresh folder, or into a copy of a store holding one run."""
+    out = env.path("out")
+    if store == "existing":
+        shutil.copytree(env.inputs["store"], out)
+    return env.cli("ingest", trace, "-o", out, *extra, named=words_path or trace, watch=out)
+
+
+KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
+RANDOM = os.urandom(1 << 16)  # the same bytes for the whole session; their content does not matter
+
+
+# -- ingest: files that are not exports ---------------------------------------------------------------------------
+
+@case("ingest", "a text file named .sqlite", words="not an SQLite file")
+def _text_file(env):
+    return ingest(env, written(env, "notes.sqlite", b"this is not a database\n" * 50))
+
+
+@case("ingest", "an SQLite database of another program", words="not an Nsight Systems export")
+def _foreign_sqlite(env):
+    p = env.path("inventory.sqlite")
+    con = sqlite3.connect(p)
+    con.execute("CREATE TABLE parts (id INTEGER, name TEXT)")
+    con.execute("INSERT INTO parts VALUES (1, 'bolt')")
+    con.commit()
+    con.close()
+    return ingest(env, p)
+
+
+@case("ingest", "an export cut in half (a copy that did not finish)", words=("truncated", "again"))
+def _truncated_half(env):
+    data = env.inputs["contention"].read_bytes()
+    return ingest(env, written(env, "cut.sqlite", data[: len(data) // 2]))
+
+
+@case("ingest", "an export cut after its first page", words=("truncated", "again"))
+def _truncated_first_page(env):
+    data = env.inputs["contention"].read_bytes()
+    return ingest(env, written(env, "page.sqlite", data[:4096]))
+
+
+@case("ingest", "an export cut inside its 100-byte header", words="not an SQLite file")
+def _truncated_header(env):
+    return ingest(env, written(env, "head.sqlite", env.inputs["cpu_nvtx"].read_bytes()[:60]))
+
+
+@case("ingest", "an empty file", words=("empty file", "did not finish"))
+def _empty_file(env):
+    return ingest(env, written(env, "empty.sqlite", b""))
+
+
+@case("ingest", "a path that does not exist", words="no such file")
+def _missing_file(env):
+    return ingest(env, env.path("does_not_exist.sqlite"))
+
+
+@case("ingest", "random bytes named .sqlite", words="not an SQLite file")
+def _random_bytes(env):
+    return ingest(env, written(env, "random.sqlite", RANDOM))
+
+
+@case("ingest", "an export whose pages after the header are zeroed (a damaged disk)", words="export it again")
+def _zeroed_pages(env):
+    data = bytearray(env.inputs["cpu_nvtx"].read_bytes())
+    data[100:] = bytes(len(data) - 100)
+    return ingest(env, written(env, "zeroed.sqlite", bytes(data)))
+
+
+@case("ingest", "an export with its table pages overwritten by garbage", words="export it again")
+def _garbled_pages(env):
+    data = bytearray(env.inputs["cpu_nvtx"].read_bytes())
+    page = int.from_bytes(data[16:18], "big")
+    for start in range(page, len(data), page):  # every page but the first (the schema) loses its middle
+        data[start + 8: start + page // 2] = RANDOM[: page // 2 - 8]
+    return ingest(env, written(env, "garbled.sqlite", bytes(data)))
+
+
+@case("ingest", "an unfinished nsys collection (.qdstrm)", words="QdstrmImporter")
+def _qdstrm(env):
+    return ingest(env, written(env, "report.qdstrm", b"\x00qdstrm partial collection" * 10))
+
+
+@case("ingest", "an empty folder", words="no .parquet files")
+def _empty_folder(env):
+    d = env.path("export")
+    d.mkdir()
+    return ingest(env, d)
+
+
+@case("ingest", "a folder of other files", words="no .parquet files")
+def _folder_of_text(env):
+    d = env.path("notes")
+    d.mkdir()
+    (d / "README.txt").write_text("hello")
+    return ingest(env, d)
+
+
+@case("ingest", "a run store given as a trace", words="traceql sql")
+def _run_store_as_trace(env):
+    return ingest(env, env.inputs["store"])
+
+
+@case("ingest", "a special file (/dev/null) as the trace", words="empty file")
+def _dev_null(env):
+    return ingest(env, Path("/dev/null"))
+
+
+# -- ingest: exports of unknown or broken schema ------------------------------------------------------------------
+
+@case("ingest", "an export schema version of an unknown major (9.0.0)", words=("9.0.0", "supported nsys"))
+def _schema_unknown_major(env):
+    return ingest(env, edited(env, "future.sqlite",
+                              "UPDATE EXPORT_META_DATA SET value = '9.0.0' WHERE name = 'EXPORT_SCHEMA_VERSION'"))
+
+
+@case("ingest", "an export schema version that is not a number", words=("abc", "supported nsys"))
+def _schema_version_garbage(env):
+    return ingest(env, edited(env, "garbage_version.sqlite",
+                              "UPDATE EXPORT_META_DATA SET value = 'abc' WHERE name = 'EXPORT_SCHEMA_VERSION'"))
+
+
+@case("ingest", "an export without EXPORT_SCHEMA_VERSION", words="export it again")
+def _schema_version_missing(env):
+    return ingest(env, edited(env, "noversion.sqlite", "DELETE FROM EXPORT_META_DATA WHERE name = 'EXPORT_SCHEMA_VERSION'"))
+
+
+@case("ingest", "an export without its metadata table and string table", words="not an Nsight Systems export")
+def _no_meta_no_strings(env):
+    return ingest(env, edited(env, "bare.sqlite", "DROP TABLE EXPORT_META_DATA", "DROP TABLE StringIds"))
+
+
+@case("ingest", "an export whose string table was dropped", words="StringIds")
+def _no_string_table(env):
+    return ingest(env, edited(env, "nostrings.sqlite", "DROP TABLE StringIds", src="contention"))
+
+
+@case("ingest", "a trace without CUDA kernels", words="--allow-no-kernels")
+def _no_kernels(env):
+    return ingest(env, copy(env, "cpu_nvtx"))
+
+
+@case("ingest", "a trace without any event", words="no events")
+def _no_events(env):
+    return ingest(env, edited(env, "no_events.sqlite", "DELETE FROM NVTX_EVENTS"))
+
+
+@case("ingest", "a trace without any event, with --allow-no-kernels", words="no events")
+def _no_events_allowed(env):
+    return ingest(env, edited(env, "no_events.sqlite", "DELETE FROM NVTX_EVENTS"), "--allow-no-kernels")
+
+
+@case("ingest", "a trace without events into a store that holds a run", words="no events")
+def _no_events_existing_store(env):
+    return ingest(env, edited(env, "no_events.sqlite", "DELETE FROM NVTX_EVENTS"), "--allow-no-kernels",
+                  store="existing")
+
+
+@case("ingest", "a truncated export into a store that holds a run", words="truncated")
+def _truncated_existing_store(env):
+    data = env.inputs["contention"].read_bytes()
+    return ingest(env, written(env, "cut.sqlite", data[: len(data) // 3]), store="existing")
+
+
+@case("ingest", "kernel start times stored as text", words=("CUPTI_ACTIVITY_KIND_KERNEL", "export it again"))
+def _kernel_start_text(env):
+    return ingest(env, edited(env, "start_text.sqlite", f"UPDATE {KERNEL} SET start = 'soon' WHERE rowid % 2 = 0",
+                              src="contention", rebuild=(KERNEL,)))
+
+
+@case("ingest", "kernel end times stored as real numbers with fractions", words=("kernels", "export it again"))
+def _kernel_end_fraction(env):
+    return ingest(env, edited(env, "end_real.sqlite", f'UPDATE {KERNEL} SET "end" = "end" + 0.5',
+                              src="contention", rebuild=(KERNEL,)))
+
+
+@case("ingest", "a kernel table without its start column", words=("CUPTI_ACTIVITY_KIND_KERNEL", "start"))
+def _kernel_no_start_column(env):
+    return ingest(env, without_column(env, "nostart.sqlite", KERNEL, "start"))
+
+
+@case("ingest", "a kernel table without its end column", words=("CUPTI_ACTIVITY_KIND_KERNEL", "end"))
+def _kernel_no_end_column(env):
+    return ingest(env, without_column(env, "noend.sqlite", KERNEL, "end"))
+
+
+@case("ingest", "a kernel table without its device column", words=("CUPTI_ACTIVITY_KIND_KERNEL", "deviceId"))
+def _kernel_no_device_column(env):
+    return ingest(env, without_column(env, "nodevice.sqlite", KERNEL, "deviceId"))
+
+
+@case("ingest", "a kernel table without its name column", words=("CUPTI_ACTIVITY_KIND_KERNEL", "demangledName"))
+def _kernel_no_name_column(env):
+    return ingest(env, without_column(env, "noname.sqlite", KERNEL, "demangledName"))
+
+
+@case("ingest", "GPU metric timestamps stored as text", words=("GPU_METRICS", "export it again"))
+def _metrics_time_text(env):
+    return ingest(env, edited(env, "metrics_text.sqlite", "UPDATE GPU_METRICS SET timestamp = 'later' "
+                                                          "WHERE rowid % 3 = 0", src="contention",
+                              rebuild=("GPU_METRICS",)))
+
+
+@case("ingest", "GPU metric values stored as text", words=("GPU_METRICS", "export it again"))
+def _metrics_value_text(env):
+    return ingest(env, edited(env, "values_text.sqlite", "UPDATE GPU_METRICS SET value = 'high' WHERE rowid % 5 = 0",
+                              src="contention", rebuild=("GPU_METRICS",)))
+
+
+@case("ingest", "NVTX event times stored as text", words=("NVTX_EVENTS", "export it again"))
+def _nvtx_time_text(env):
+    return ingest(env, edited(env, "nvtx_text.sqlite", "UPDATE NVTX_EVENTS SET start = 'then' WHERE rowid % 2 = 0",
+                              rebuild=("NVTX_EVENTS",)), "--allow-no-kernels")
+
+
+@case("ingest", "CUDA API call times stored as text", words=("CUPTI_ACTIVITY_KIND_RUNTIME", "export it again"))
+def _runtime_time_text(env):
+    table = "CUPTI_ACTIVITY_KIND_RUNTIME"
+    return ingest(env, edited(env, "api_text.sqlite", f"UPDATE {table} SET start = 'x' WHERE rowid % 2 = 0",
+                              src="contention", rebuild=(table,)))
+
+
+@case("ingest", "a device map whose ids are text", words=("TARGET_INFO_CUDA_DEVICE", "export it again"))
+def _device_map_text(env):
+    table = "TARGET_INFO_CUDA_DEVICE"
+    return ingest(env, edited(env, "devmap_text.sqlite", f"UPDATE {table} SET gpuId = 'first'",
+                              src="contention", rebuild=(table,)))
+
+
+@case("ingest", "a kernel table replaced by a table of another shape", words=("CUPTI_ACTIVITY_KIND_KERNEL", "start"))
+def _kernel_table_foreign(env):
+    return ingest(env, edited(env, "foreign_kernels.sqlite", f"DROP TABLE {KERNEL}",
+                              f"CREATE TABLE {KERNEL} (id INTEGER, note TEXT)", f"INSERT INTO {KERNEL} VALUES (1, 'x')",
+                              src="contention"))
+
+
+# -- ingest: odd rows, repaired and counted (exit 0, a warning naming the file) ------------------------------------
+
+def _repaired(env, name, *sql, rebuild=(), extra=()):
+    p = edited(env, name, *sql, src="contention", rebuild=rebuild)
+    out = env.path("out")
+    return env.cli("ingest", p, "-o", out, *extra, named=p, watch=out, grow=out)
+
+
+@case("ingest", "kernels ending before they start: dropped, counted", expect=0, words="ending before they start")
+def _kernels_end_before_start(env):
+    return _repaired(env, "backwards.sqlite", f'UPDATE {KERNEL} SET "end" = start - 10 WHERE rowid % 7 = 0')
+
+
+@case("ingest", "kernels without a start time: dropped, counted", expect=0, words="without a start or end time")
+def _kernels_null_start(env):
+    return _repaired(env, "nostart.sqlite", f"UPDATE {KERNEL} SET start = NULL WHERE rowid % 9 = 0",
+                     rebuild=(KERNEL,))
+
+
+@case("ingest", "kernels without an end time: dropped, counted", expect=0, words="without a start or end time")
+def _kernels_null_end(env):
+    return _repaired(env, "noend.sqlite", f'UPDATE {KERNEL} SET "end" = NULL WHERE rowid % 9 = 1', rebuild=(KERNEL,))
+
+
+@case("ingest", "kernel rows repeated exactly: dropped, counted", expect=0, words="duplicated")
+def _kernels_duplicated(env):
+    return _repaired(env, "dup.sqlite", f"INSERT INTO {KERNEL} SELECT * FROM {KERNEL} WHERE rowid % 4 = 0")
+
+
+@case("ingest", "kernels on a negative device id: dropped, counted", expect=0, words="negative or missing device")
+def _kernels_negative_device(env):
+    return _repaired(env, "negdev.sqlite", f"UPDATE {KERNEL} SET deviceId = -3 WHERE rowid % 11 = 0")
+
+
+@case("ingest", "copies repeated exactly: dropped, counted", expect=0, words="memcpy rows duplicated")
+def _copies_duplicated(env):
+    t = "CUPTI_ACTIVITY_KIND_MEMCPY"
+    return _repaired(env, "dupcopy.sqlite", f"INSERT INTO {t} SELECT * FROM {t} WHERE rowid % 3 = 0")
+
+
+@case("ingest", "memsets ending before they start: dropped, counted", expect=0, words="memset rows ending before")
+def _memsets_backwards(env):
+    t = "CUPTI_ACTIVITY_KIND_MEMSET"
+    return _repaired(env, "backset.sqlite", f'UPDATE {t} SET "end" = start - 1 WHERE rowid % 5 = 0')
+
+
+@case("ingest", "CUDA API calls ending before they start: dropped, counted", expect=0,
+      words="runtime_api rows ending before")
+def _api_backwards(env):
+    t = "CUPTI_ACTIVITY_KIND_RUNTIME"
+    return _repaired(env, "backapi.sqlite", f'UPDATE {t} SET "end" = start - 1 WHERE rowid % 50 = 0')
+
+
+@case("ingest", "GPU metric samples of an undescribed metric: dropped, counted", expect=0,
+      words="of a metric the export does not describe")
+def _metrics_unknown(env):
+    return _repaired(env, "unknown_metric.sqlite", "UPDATE GPU_METRICS SET metricId = 4242 WHERE rowid % 10 = 0")
+
+
+@case("ingest", "GPU metric samples without a value: dropped, counted", expect=0, words="without a time or value")
+def _metrics_null_value(env):
+    return _repaired(env, "null_metric.sqlite", "UPDATE GPU_METRICS SET value = NULL WHERE rowid % 10 = 0",
+                     rebuild=("GPU_METRICS",))
+
+
+@case("ingest", "GPU metric samples whose metric table was dropped: every sample counted", expect=0,
+      words="of a metric the export does not describe")
+def _metrics_no_descriptions(env):
+    return _repaired(env, "no_metric_table.sqlite", "DROP TABLE TARGET_INFO_GPU_METRICS")
