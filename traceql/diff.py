@@ -183,6 +183,7 @@ class Side:
     spans: list[dict]
     energy: dict[tuple[str, int], tuple[float, float, float, int]]
     notes: list[str] = field(default_factory=list)
+    cache: dict = field(default_factory=dict, repr=False)
 
     def describe(self) -> dict:
         kernels: dict[str, int] = {}

@@ -331,22 +331,32 @@ def _values(x) -> np.ndarray | None:
     return v if len(v) else None
 
 
+def _rows_of(side: Side, which: str) -> list[dict]:
+    """The attribution's ``kernels`` or ``summary`` rows, converted once per side."""
+    if which not in side.cache:
+        side.cache[which] = getattr(side.attribution, which).to_pylist()
+    return side.cache[which]
+
+
 def lost_time(side: Side, run_id: str, device_id: int, in_steps: bool) -> dict:
-    """The attribution's lost compute time on one device (verdict.py's rule), over its NVTX groups when in_steps, and
-    the baseline time it is counted against."""
-    summary = [r for r in side.attribution.summary.to_pylist()
+    """The attribution's lost compute time on one device (verdict.py's rule): ``step`` over its NVTX groups when
+    in_steps (else the whole run), ``run`` over the whole run, with the baseline time the latter is counted against."""
+    summary = [r for r in _rows_of(side, "summary")
                if r["run_id"] == run_id and r["device_id"] == device_id and r["nvtx"] is None]
-    kernels = [r for r in side.attribution.kernels.to_pylist() if r["run_id"] == run_id
-               and r["device_id"] == device_id and (r["nvtx"] is not None or not in_steps)]
     if not summary:
         return {}
-    schema = side.attribution.kernels.schema
-    v = verdicts(pa.Table.from_pylist(summary, schema=side.attribution.summary.schema),
-                 pa.Table.from_pylist(kernels, schema=schema))[0]
-    base = sum(r["sum_t0_ns"] for r in kernels if r["activity"] == "kernel" and r["kind"] != "comm"
+    mine = [r for r in _rows_of(side, "kernels") if r["run_id"] == run_id and r["device_id"] == device_id]
+    summary_table = pa.Table.from_pylist(summary, schema=side.attribution.summary.schema)
+
+    def verdict(rows: list[dict]) -> dict:
+        return verdicts(summary_table, pa.Table.from_pylist(rows, schema=side.attribution.kernels.schema))[0]
+
+    whole = verdict(mine)
+    base = sum(r["sum_t0_ns"] for r in mine if r["activity"] == "kernel" and r["kind"] != "comm"
                and r["n_overlapped"] and r["slowdown_lo"] is not None and r["sum_t0_ns"] is not None
                and not r["conflated"]) / 1e6
-    return dict(v, base_ms=base, compute_slowdown=summary[0]["compute_slowdown"],
+    return dict(step=verdict([r for r in mine if r["nvtx"] is not None]) if in_steps else whole, run=whole,
+                base_ms=base, compute_slowdown=summary[0]["compute_slowdown"],
                 overlap_fraction=summary[0]["overlap_fraction"])
 
 
@@ -402,13 +412,14 @@ def _ratio(num: np.ndarray, den: np.ndarray) -> float | None:
 def _lost_per_step(lost: dict, per: int | None) -> tuple[float | None, tuple | None]:
     if not lost or not per:
         return None, None
-    return lost["compute_lost_ms"] / per, (lost["compute_lost_lo_ms"] / per, lost["compute_lost_hi_ms"] / per)
+    v = lost["step"]
+    return v["compute_lost_ms"] / per, (v["compute_lost_lo_ms"] / per, v["compute_lost_hi_ms"] / per)
 
 
 def _by_cause(lost: dict, cause: str, per: int | None) -> float | None:
     if not lost or not per:
         return None
-    return lost["lost_by_cause_ms"][cause] / per
+    return lost["step"]["lost_by_cause_ms"][cause] / per
 
 
 def _slowdown_interval(lost: dict) -> tuple[float | None, tuple | None]:
@@ -416,9 +427,9 @@ def _slowdown_interval(lost: dict) -> tuple[float | None, tuple | None]:
     cs = lost.get("compute_slowdown") if lost else None
     if cs is None or not lost.get("base_ms"):
         return cs, None
-    base = lost["base_ms"]
-    return cs, (cs + (lost["compute_lost_lo_ms"] - lost["compute_lost_ms"]) / base,
-                cs + (lost["compute_lost_hi_ms"] - lost["compute_lost_ms"]) / base)
+    base, v = lost["base_ms"], lost["run"]
+    return cs, (cs + (v["compute_lost_lo_ms"] - v["compute_lost_ms"]) / base,
+                cs + (v["compute_lost_hi_ms"] - v["compute_lost_ms"]) / base)
 
 
 def waterfall(pair: dict, m: dict, causes: dict, grouped: bool) -> list[dict]:
