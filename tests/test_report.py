@@ -85,7 +85,10 @@ def test_builtin_recipes_load_and_name_known_views_and_charts():
         assert rec.sections, name
         for s in rec.sections:
             if s.chart:
-                assert set(CHARTS[s.chart].needs) <= {q.name for q in s.queries}
+                from traceql.report.reducers import REDUCERS
+
+                given = set(REDUCERS[s.reduce].gives) if s.reduce else set()
+                assert set(CHARTS[s.chart].needs) <= {q.name for q in s.queries} | given
 
 
 @pytest.mark.parametrize("text, message", [
