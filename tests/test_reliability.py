@@ -134,7 +134,7 @@ def ingest(env: Env, trace: Path, *extra, words_path: Path | None = None, store:
     out = env.path("out")
     if store == "existing":
         shutil.copytree(env.inputs["store"], out)
-    return env.cli("ingest", trace, "-o", out, *extra, named=words_path or trace, watch=out)
+    return env.cli("ingest", trace, "-o", out, *extra, named=words_path or trace, watch=[out, env.tmp])
 
 
 KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
@@ -434,3 +434,241 @@ def _metrics_null_value(env):
       words="of a metric the export does not describe")
 def _metrics_no_descriptions(env):
     return _repaired(env, "no_metric_table.sqlite", "DROP TABLE TARGET_INFO_GPU_METRICS")
+
+
+# -- ingest: compressed exports ------------------------------------------------------------------------------------
+
+def _compressed(data: bytes, suffix: str) -> bytes:
+    if suffix == ".zst":
+        sink = pa.BufferOutputStream()
+        with pa.CompressedOutputStream(sink, "zstd") as f:
+            f.write(data)
+        return sink.getvalue().to_pybytes()
+    return {".xz": lzma.compress, ".gz": gzip.compress, ".bz2": bz2.compress}[suffix](data)
+
+
+def _compressed_case(suffix: str, kind: str, what: str, words):
+    def fn(env):
+        cpu = env.inputs["cpu_nvtx"].read_bytes()
+        if kind == "corrupt":
+            data = _compressed(cpu, suffix)
+            data = data[:64] + RANDOM[:4096] + data[64 + 4096:]
+        elif kind == "truncated":
+            data = _compressed(cpu, suffix)
+            data = data[: len(data) // 2]
+        elif kind == "random":
+            data = RANDOM
+        elif kind == "of_text":
+            data = _compressed(b"not an export\n" * 100, suffix)
+        elif kind == "of_truncated_export":
+            data = _compressed(cpu[: len(cpu) // 2], suffix)
+        else:  # empty
+            data = b""
+        return ingest(env, written(env, f"{kind}.sqlite{suffix}", data))
+    case("ingest", what, words=words, name=f"{suffix[1:]}_{kind}")(fn)
+
+
+for _suffix in (".xz", ".gz", ".bz2", ".zst"):
+    _compressed_case(_suffix, "corrupt", f"a {_suffix} export with damaged compressed data", ("cannot decompress",
+                                                                                             "damaged"))
+    _compressed_case(_suffix, "truncated", f"a {_suffix} export cut in half", ("cannot decompress", "truncated"))
+    _compressed_case(_suffix, "random", f"random bytes named .sqlite{_suffix}", "cannot decompress")
+    _compressed_case(_suffix, "of_text", f"a valid {_suffix} file holding text, not an export", "not an SQLite file")
+    _compressed_case(_suffix, "of_truncated_export", f"a valid {_suffix} file holding a truncated export",
+                     "truncated")
+    _compressed_case(_suffix, "empty", f"an empty .sqlite{_suffix} file", "empty file")
+
+
+@case("ingest", "an .xz export of an unknown schema version", words="9.0.0")
+def _xz_of_unknown_schema(env):
+    p = edited(env, "future.sqlite", "UPDATE EXPORT_META_DATA SET value = '9.0.0' WHERE name = 'EXPORT_SCHEMA_VERSION'")
+    return ingest(env, written(env, "future.sqlite.xz", lzma.compress(p.read_bytes())))
+
+
+@case("ingest", "an export compressed twice (.xz inside .xz)", words="not an SQLite file")
+def _xz_twice(env):
+    once = lzma.compress(env.inputs["cpu_nvtx"].read_bytes())
+    return ingest(env, written(env, "twice.sqlite.xz", lzma.compress(once)))
+
+
+@case("ingest", "a .zst export, read like the others", expect=0)
+def _zst_export(env):
+    p = written(env, "cpu.sqlite.zst", _compressed(env.inputs["cpu_nvtx"].read_bytes(), ".zst"))
+    out = env.path("out")
+    return env.cli("ingest", p, "-o", out, "--allow-no-kernels", watch=out, grow=out)
+
+
+# -- ingest: reports (.nsys-rep, .ncu-rep) -------------------------------------------------------------------------
+
+@case("ingest", "random bytes named .nsys-rep", words=("nsys export", "copy it again"))
+def _rep_random(env):
+    return ingest(env, written(env, "random.nsys-rep", RANDOM))
+
+
+@case("ingest", "an empty .nsys-rep", words="empty file")
+def _rep_empty(env):
+    return ingest(env, written(env, "empty.nsys-rep", b""))
+
+
+@case("ingest", "an .nsys-rep cut in half", words=("nsys export", "copy it again"))
+def _rep_truncated(env):
+    data = env.inputs["cpu_rep"].read_bytes()
+    return ingest(env, written(env, "cut.nsys-rep", data[: len(data) // 2]), "--allow-no-kernels")
+
+
+@case("ingest", "an .nsys-rep written by an nsys newer than the one installed", words=("newer", "nsys"))
+def _rep_newer_than_nsys(env):
+    return ingest(env, copy(env, "new_rep"))
+
+
+@case("ingest", "a text file named .nsys-rep", words=("nsys export", "copy it again"))
+def _rep_text(env):
+    return ingest(env, written(env, "notes.nsys-rep", b"hello\n" * 100))
+
+
+@case("ingest", "an .nsys-rep and no nsys anywhere", words=("no nsys executable found", "TRACEQL_NSYS"))
+def _rep_without_nsys(env):
+    from traceql.nsys import locate
+
+    rep = copy(env, "cpu_rep")
+    saved = locate.INSTALL_GLOBS
+    locate.INSTALL_GLOBS = ()
+    try:
+        path = os.pathsep.join(d for d in os.environ.get("PATH", "").split(os.pathsep)
+                               if d and not os.path.exists(os.path.join(d, "nsys")))
+        out = env.path("out")
+        return env.cli("ingest", rep, "-o", out, "--allow-no-kernels", named=rep, watch=out,
+                       env={"TRACEQL_NSYS": "/nonexistent/nsys", "PATH": path})
+    finally:
+        locate.INSTALL_GLOBS = saved
+
+
+@case("ingest", "random bytes named .ncu-rep", words="Nsight Compute")
+def _ncu_random(env):
+    return ingest(env, written(env, "random.ncu-rep", RANDOM))
+
+
+@case("ingest", "an empty .ncu-rep", words="empty file")
+def _ncu_empty(env):
+    return ingest(env, written(env, "empty.ncu-rep", b""))
+
+
+@case("ingest", "an .ncu-rep cut in half", words="Nsight Compute")
+def _ncu_truncated(env):
+    data = env.inputs["ncu"].read_bytes()
+    return ingest(env, written(env, "cut.ncu-rep", data[: len(data) // 2]))
+
+
+@case("ingest", "an .ncu-rep.xz with damaged compressed data", words="cannot decompress")
+def _ncu_xz_corrupt(env):
+    data = env.inputs["ncu_xz"].read_bytes()
+    return ingest(env, written(env, "bad.ncu-rep.xz", data[:64] + RANDOM[:4096] + data[4160:]))
+
+
+@case("ingest", "an nsys SQLite export renamed .ncu-rep", words="Nsight Compute")
+def _ncu_is_sqlite(env):
+    return ingest(env, copy(env, "cpu_nvtx", "cpu.ncu-rep"))
+
+
+@case("ingest", "a folder named .ncu-rep", words="directory")
+def _ncu_folder(env):
+    d = env.path("x.ncu-rep")
+    d.mkdir()
+    return ingest(env, d)
+
+
+@case("ingest", "an .ncu-rep that does not exist", words="no such file")
+def _ncu_missing(env):
+    return ingest(env, env.path("gone.ncu-rep"))
+
+
+# -- ingest: Parquet export folders (nsys export -t parquetdir) ------------------------------------------------------
+
+def _parquetdir(env, name="export") -> Path:
+    return copy(env, "parquetdir", name)
+
+
+@case("ingest", "a Parquet export whose kernel file is garbage", words=("CUPTI_ACTIVITY_KIND_KERNEL", "export it again"))
+def _pq_kernel_garbage(env):
+    d = _parquetdir(env)
+    (d / f"{KERNEL}.parquet").write_bytes(RANDOM)
+    return ingest(env, d, words_path=d / f"{KERNEL}.parquet")
+
+
+@case("ingest", "a Parquet export whose kernel file is cut in half",
+      words=("CUPTI_ACTIVITY_KIND_KERNEL", "export it again"))
+def _pq_kernel_truncated(env):
+    d = _parquetdir(env)
+    f = d / f"{KERNEL}.parquet"
+    f.write_bytes(f.read_bytes()[: f.stat().st_size // 2])
+    return ingest(env, d, words_path=f)
+
+
+@case("ingest", "a Parquet export whose kernel file is empty", words=("CUPTI_ACTIVITY_KIND_KERNEL", "export it again"))
+def _pq_kernel_empty(env):
+    d = _parquetdir(env)
+    (d / f"{KERNEL}.parquet").write_bytes(b"")
+    return ingest(env, d, words_path=d / f"{KERNEL}.parquet")
+
+
+@case("ingest", "a Parquet export whose GPU metrics file is garbage", words=("GPU_METRICS", "export it again"))
+def _pq_metrics_garbage(env):
+    d = _parquetdir(env)
+    (d / "GPU_METRICS.parquet").write_bytes(RANDOM)
+    return ingest(env, d, words_path=d / "GPU_METRICS.parquet")
+
+
+@case("ingest", "a Parquet export whose string file is garbage", words=("StringIds", "export it again"))
+def _pq_strings_garbage(env):
+    d = _parquetdir(env)
+    (d / "StringIds.parquet").write_bytes(RANDOM)
+    return ingest(env, d, words_path=d / "StringIds.parquet")
+
+
+@case("ingest", "a Parquet export without its metadata and string files", words="not an Nsight Systems export")
+def _pq_no_meta(env):
+    d = _parquetdir(env)
+    (d / "META_DATA_EXPORT.parquet").unlink()
+    (d / "StringIds.parquet").unlink()
+    return ingest(env, d)
+
+
+@case("ingest", "a Parquet export of an unknown schema version", words=("9.1.0", "supported nsys"))
+def _pq_unknown_schema(env):
+    d = _parquetdir(env)
+    f = d / "META_DATA_EXPORT.parquet"
+    t = pq.read_table(f).to_pylist()
+    for r in t:
+        if r["name"] == "EXPORT_SCHEMA_VERSION":
+            r["value"] = "9.1.0"
+    pq.write_table(pa.Table.from_pylist(t), f)
+    return ingest(env, d)
+
+
+@case("ingest", "a Parquet export whose kernel start times are text",
+      words=("CUPTI_ACTIVITY_KIND_KERNEL", "export it again"))
+def _pq_kernel_start_text(env):
+    d = _parquetdir(env)
+    f = d / f"{KERNEL}.parquet"
+    t = pq.read_table(f)
+    t = t.set_column(t.column_names.index("start"), "start", pa.array([f"t{v}" for v in t["start"].to_pylist()]))
+    pq.write_table(t, f)
+    return ingest(env, d, words_path=d)
+
+
+@case("ingest", "a Parquet export whose kernel file lacks the end column", words=("CUPTI_ACTIVITY_KIND_KERNEL", "end"))
+def _pq_kernel_no_end(env):
+    d = _parquetdir(env)
+    f = d / f"{KERNEL}.parquet"
+    pq.write_table(pq.read_table(f).drop(["end"]), f)
+    return ingest(env, d, words_path=d)
+
+
+@case("ingest", "a Parquet export whose GPU metric values are text", words=("GPU_METRICS", "export it again"))
+def _pq_metrics_value_text(env):
+    d = _parquetdir(env)
+    f = d / "GPU_METRICS.parquet"
+    t = pq.read_table(f)
+    t = t.set_column(t.column_names.index("value"), "value", pa.array([f"{v} units" for v in t["value"].to_pylist()]))
+    pq.write_table(t, f)
+    return ingest(env, d, words_path=d)

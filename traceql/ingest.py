@@ -11,8 +11,9 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
-import shutil
+import lzma
 import threading
+import zlib
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -59,19 +60,43 @@ def sha256_of(path: Path) -> str:
     return h.hexdigest()
 
 
-DECOMPRESSORS = {".xz": "lzma", ".gz": "gzip", ".bz2": "bz2"}
+DECOMPRESSORS = {".xz": "lzma", ".gz": "gzip", ".bz2": "bz2", ".zst": "zstd"}
+
+
+def _open_compressed(path: Path):
+    if DECOMPRESSORS[path.suffix] == "zstd":  # not in the standard library before Python 3.14; pyarrow has it
+        return pa.CompressedInputStream(pa.OSFile(str(path)), "zstd")
+    import importlib
+
+    return importlib.import_module(DECOMPRESSORS[path.suffix]).open(path, "rb")
 
 
 def decompress(path: Path, dest: Path) -> Path:
-    """Decompress a compressed export (``run.sqlite.xz``) to ``dest``; the input is left as it is."""
-    import importlib
-
-    module = importlib.import_module(DECOMPRESSORS[path.suffix])
+    """Decompress a compressed export (``run.sqlite.xz``) to ``dest`` (in a staging folder of a run directory); the
+    input is left as it is. A damaged input and a full disk are told apart."""
+    damaged = (OSError, EOFError, ValueError, pa.ArrowException, lzma.LZMAError, zlib.error)
     try:
-        with module.open(path, "rb") as src, dest.open("wb") as dst:
-            shutil.copyfileobj(src, dst, 1 << 22)
-    except (OSError, EOFError, ValueError) as exc:
+        src = _open_compressed(path)
+    except damaged as exc:
         raise BadInputError(f"{path}: cannot decompress ({exc}); the file is damaged or truncated") from exc
+    with src:
+        try:
+            dst = dest.open("wb")
+        except OSError as exc:
+            raise store.unwritable(dest.parent.parent, exc) from exc
+        with dst:
+            while True:
+                try:
+                    chunk = src.read(1 << 22)
+                except damaged as exc:
+                    raise BadInputError(f"{path}: cannot decompress ({exc}); the file is damaged or truncated, "
+                                        "copy it again") from exc
+                if not chunk:
+                    break
+                try:
+                    dst.write(chunk)
+                except OSError as exc:  # the run directory's disk, not the input
+                    raise store.unwritable(dest.parent.parent, exc) from exc
     return dest
 
 
@@ -121,6 +146,11 @@ def ingest_one(trace: str | Path, out: str | Path, *, require_kernels: bool = Tr
                               Path(power_file) if power_file else None)
         except _Ingested as done:
             return done.info
+        except TraceqlError as exc:  # name the user's file, not the export traceql made of it
+            if export == path:
+                raise
+            made = "decompressed" if export.parent == tmp else f"exported to {export}"
+            raise type(exc)(str(exc).replace(str(export), f"{trace} ({made})")) from exc
         if export.parent == tmp:
             export.unlink()
         info.already = not store.publish_run(out, tmp, info.run_id, info.manifest_entry())

@@ -8,6 +8,7 @@ so a report is exported once.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import json
 import os
@@ -73,6 +74,14 @@ def _cache_dir(report: Path, sha256: str) -> Path:
         return home
 
 
+def _drop_if_empty(cache: Path) -> None:
+    """A failed export leaves no empty cache folder beside the report (the temporary folder in it is gone by now)."""
+    with contextlib.suppress(OSError):
+        for leftover in cache.glob(".tmp-*"):
+            shutil.rmtree(leftover, ignore_errors=True)
+        cache.rmdir()
+
+
 def export_report(report: Path, sha256: str) -> Path:
     """Export ``report`` once (Parquet directory where nsys can, else SQLite); return the export's path."""
     cache = _cache_dir(report, sha256)
@@ -95,14 +104,17 @@ def export_report(report: Path, sha256: str) -> Path:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=EXPORT_TIMEOUT_S,
                                   start_new_session=True)
         except subprocess.TimeoutExpired as exc:
-            raise BadInputError(f"{report}: `nsys export` did not finish in {EXPORT_TIMEOUT_S} s") from exc
+            _drop_if_empty(cache)
+            raise BadInputError(f"{report}: `nsys export` did not finish in {EXPORT_TIMEOUT_S} s; export it by hand "
+                                f"(`nsys export -t sqlite {report}`) and ingest the export") from exc
         if proc.returncode != 0 or not out.exists():
             msg = (proc.stderr or proc.stdout).strip().splitlines()
             detail = msg[-1] if msg else f"exit code {proc.returncode}"
-            hint = ""
+            hint = "; the report is damaged or not one nsys wrote: copy it again, or collect it again"
             if "version" in (proc.stderr + proc.stdout).lower() and "support" in (proc.stderr + proc.stdout).lower():
                 hint = (f"; this nsys ({'.'.join(map(str, version))}, {nsys}) is older than the one that "
                         "recorded the report: use a newer nsys (set TRACEQL_NSYS) or export it where it was made")
+            _drop_if_empty(cache)
             raise BadInputError(f"{report}: `nsys export` failed: {detail}{hint}")
         final = cache / name
         if final.exists():

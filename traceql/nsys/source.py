@@ -274,7 +274,8 @@ class ParquetDirSource(Source):
         try:
             return pq.read_schema(self._files[table]).names
         except Exception as exc:
-            raise BadInputError(f"{self._files[table]}: unreadable Parquet file ({exc})") from exc
+            raise BadInputError(f"{self._files[table]}: unreadable Parquet file ({exc}); the export is damaged: "
+                                  "export it again (`nsys export -t parquetdir`)") from exc
 
     def register(self, con: duckdb.DuckDBPyConnection, table: str, columns: list[str]) -> str:
         name = f"raw_{table}"
@@ -289,7 +290,8 @@ class ParquetDirSource(Source):
             yield from pq.ParquetFile(self._files[table]).iter_batches(batch_size=batch_rows, columns=columns,
                                                                       use_threads=workers != 1)
         except (OSError, pa.ArrowException) as exc:
-            raise BadInputError(f"{self._files[table]}: unreadable Parquet file ({exc})") from exc
+            raise BadInputError(f"{self._files[table]}: unreadable Parquet file ({exc}); the export is damaged: "
+                                  "export it again (`nsys export -t parquetdir`)") from exc
 
 
 def _conform(batch: pa.RecordBatch, target: pa.Schema) -> pa.RecordBatch:
