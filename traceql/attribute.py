@@ -4,6 +4,13 @@ The computation lives in ``queries/`` (``kernel_overlap``, ``kernel_signatures``
 ``kernel_attribution``, ``device_summary``); this module prepares inputs (ingesting raw traces and
 Nsight Compute reports, an NVTX grouping, an external baseline) and returns the result tables and
 the JSON contract.
+
+One run is the unit of work: :func:`attribute_run` computes one run's rows on a connection that sees only that run
+(and the Nsight Compute runs, which every run shares), wherever an executor (:mod:`traceql.executor`) runs it; the
+reduce here concatenates the runs' rows, numbers the signature groups as one connection over every run would, and
+adds up the notes. Every row of the attribution belongs to one (run, device), so the reduce is small and the result
+is the same, byte for byte, as that of one connection over all runs (``attribute(..., con=...)``, for a caller that
+wants the connection afterwards).
 """
 
 from __future__ import annotations
@@ -13,7 +20,7 @@ import shutil
 import sys
 import tempfile
 import types
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,6 +31,8 @@ import pyarrow as pa
 from . import analysis, store
 from .baselines import External
 from .errors import BadInputError, MissingInputError, TraceqlError, UsageError
+from .executor import Executor
+from .executor import parse as parse_executor
 from .verdict import verdicts
 
 # 2: every activity is a row (activity, kind), slowdowns carry intervals, significance is the interval's
@@ -81,7 +90,7 @@ def _num(v):
     return v
 
 
-def as_store(inputs: list[Path], workdir: Path) -> list[Path]:
+def as_store(inputs: list[Path], workdir: Path, executor: Executor | None = None) -> list[Path]:
     """Run directories for ``inputs``: run directories as they are, raw traces ingested into ``workdir``."""
     from .ingest import ingest
 
@@ -89,7 +98,7 @@ def as_store(inputs: list[Path], workdir: Path) -> list[Path]:
     for p in inputs:
         (dirs if store.is_store(p) else raw).append(p)
     if raw:
-        ingest(raw, workdir)
+        ingest(raw, workdir, executor=executor)
         dirs.append(workdir)
     return dirs
 
@@ -117,7 +126,8 @@ KERNEL_ORDER = """(kind = 'compute' AND comm_fraction > 0) DESC, significant DES
 def attribute(inputs: list[str | Path] | str | Path, *, baseline: str | Path | None = None,
               ncu: Sequence[str | Path] | str | Path | None = None,
               group_by_nvtx: str | None = None, focus: str = "any", workdir: str | Path | None = None,
-              con: duckdb.DuckDBPyConnection | None = None) -> Attribution:
+              con: duckdb.DuckDBPyConnection | None = None, executor: str | Executor | None = None,
+              progress: Callable[[int, int, str], None] | None = None) -> Attribution:
     """Attribute the slowdown of every GPU activity (kernels of any kind, copies, sets) beside other GPU work.
 
     ``inputs``: run directories, nsys exports or reports (raw inputs are ingested first, into
@@ -128,6 +138,12 @@ def attribute(inputs: list[str | Path] | str | Path, *, baseline: str | Path | N
     directories hold already are used without it.
     ``group_by_nvtx``: a glob; each kernel joins the innermost matching NVTX range of its launching
     thread. ``focus``: ``any`` co-runner (default) or only kernels overlapped by ``comm``.
+    ``executor``: where each run is computed (``local``, ``local:N``, ``dask://HOST:PORT``; see
+    :mod:`traceql.executor`); on Dask the run directories (``--ncu`` and ``--baseline`` ones too) must be paths every
+    worker sees, so raw traces and reports need a shared ``workdir``. ``progress(done, total, run_id)`` is called as
+    runs complete. Without an executor (and with ``con``), one connection over every run computes it all: the same
+    result, faster for small inputs (a connection's views cost seconds to create) but in one process's memory;
+    ``con`` is left with the analysis views on it.
     """
     if isinstance(inputs, str | Path):
         inputs = [inputs]
@@ -139,12 +155,27 @@ def attribute(inputs: list[str | Path] | str | Path, *, baseline: str | Path | N
     if baseline is not None and Path(baseline) in inputs:
         raise UsageError(f"--baseline {baseline} is also an input: give the baseline run only once")
     ncu_items = [Path(p) for p in ([ncu] if isinstance(ncu, str | Path) else ncu or [])]
+    ex = parse_executor(executor)
+    if ex.distributed:
+        inputs, ncu_items = [p.resolve() for p in inputs], [p.resolve() for p in ncu_items]
+        local_only = [p for p in [*inputs, *ncu_items] if not store.is_store(p)]
+        if local_only and workdir is None:
+            raise UsageError(f"--executor {ex}: {local_only[0]} is not a run directory, and the Dask workers read "
+                             f"run directories: ingest it first (`traceql ingest {local_only[0]} -o RUN_DIR "
+                             f"--executor {ex}`) and give RUN_DIR")
     tmp = None
     if workdir is None:
         tmp = tempfile.TemporaryDirectory(prefix="traceql-attribute-")
         workdir = tmp.name
+    elif ex.distributed:
+        workdir = Path(workdir).resolve()
     try:
-        dirs = as_store(inputs, Path(workdir) / "runs")
+        if con is None and executor is not None:
+            from .attribute_map import attribute_per_run
+
+            return attribute_per_run(inputs, Path(baseline) if baseline is not None else None, ncu_items,
+                                     group_by_nvtx, focus, Path(workdir), ex, progress)
+        dirs = as_store(inputs, Path(workdir) / "runs", ex)
         ncu_dir, ncu_runs = _ncu_store(ncu_items, dirs, Path(workdir))
         con = store.connect(dirs + ([ncu_dir] if ncu_dir else []), con)
         notes: list[str] = []
@@ -165,35 +196,51 @@ def attribute(inputs: list[str | Path] | str | Path, *, baseline: str | Path | N
         where = "WHERE comm_fraction > 0" if focus == "comm" else ""
         kernels = con.sql(f"SELECT {KERNEL_COLUMNS} FROM kernel_attribution {where} ORDER BY {KERNEL_ORDER}") \
             .to_arrow_table()
-        summary = con.sql("SELECT * FROM device_summary ORDER BY run_id, device_id, nvtx NULLS FIRST") \
-            .to_arrow_table()
-        runs = con.sql("SELECT run_id, source_path, format, tool_version, gpu_names FROM runs ORDER BY run_id") \
-            .to_arrow_table()
+        summary = con.sql(f"SELECT * FROM device_summary ORDER BY {SUMMARY_ORDER}").to_arrow_table()
+        runs = con.sql(f"SELECT {RUN_COLUMNS} FROM runs ORDER BY run_id").to_arrow_table()
         return Attribution(runs, summary, kernels, notes, verdicts(summary, kernels))
     finally:
         if tmp is not None:
             tmp.cleanup()
 
 
+SUMMARY_ORDER = "run_id, device_id, nvtx NULLS FIRST"
+RUN_COLUMNS = "run_id, source_path, format, tool_version, gpu_names"
+
+
 def _external(con: duckdb.DuckDBPyConnection, baseline: Path | None, workdir: Path) -> External | None:
     """Isolated durations from elsewhere for signatures the trace never ran alone: a baseline run's isolated
     instances (``--baseline``; then every signature takes its baseline from there), else Nsight Compute's."""
     if baseline is not None:
-        bcon = store.connect(as_store([baseline], workdir))
-        try:
-            base_gpus = {r[0] for r in bcon.sql("SELECT DISTINCT name FROM devices").fetchall()}
-            rows = bcon.sql("""SELECT d.name, i.sig, list(i.dur_ns ORDER BY i.dur_ns)
-                               FROM instance_facts i JOIN devices d USING (run_id, device_id)
-                               WHERE i.overlap_ns = 0 AND i.dur_ns > 0 GROUP BY ALL""").fetchall()
-        finally:
-            bcon.close()
-        run_gpus = {r[0] for r in con.sql("SELECT DISTINCT name FROM devices").fetchall()}
-        if base_gpus and run_gpus and not (base_gpus & run_gpus):
-            raise BadInputError(f"--baseline {baseline}: recorded on {', '.join(sorted(base_gpus))}, but the input "
-                                f"ran on {', '.join(sorted(run_gpus))}; a baseline must come from the same GPU model")
-        durations = {(gpu, int(sig)): ("baseline run", np.array(d, dtype=float)) for gpu, sig, d in rows}
-        return External(durations, replace=True)
-    # Nsight Compute's isolated duration of the same kernel (exact launch configuration), for what never ran alone
+        external, base_gpus = _baseline_run(baseline, workdir)
+        _check_baseline_gpus(baseline, base_gpus, {r[0] for r in con.sql("SELECT DISTINCT name FROM devices")
+                                                   .fetchall()})
+        return external
+    return _ncu_external(con)
+
+
+def _baseline_run(baseline: Path, workdir: Path, executor: Executor | None = None) -> tuple[External, set[str]]:
+    """A baseline run's isolated durations per (GPU name, signature), and its GPU names."""
+    bcon = store.connect(as_store([baseline], workdir, executor))
+    try:
+        base_gpus = {r[0] for r in bcon.sql("SELECT DISTINCT name FROM devices").fetchall()}
+        rows = bcon.sql("""SELECT d.name, i.sig, list(i.dur_ns ORDER BY i.dur_ns)
+                           FROM instance_facts i JOIN devices d USING (run_id, device_id)
+                           WHERE i.overlap_ns = 0 AND i.dur_ns > 0 GROUP BY ALL""").fetchall()
+    finally:
+        bcon.close()
+    durations = {(gpu, int(sig)): ("baseline run", np.array(d, dtype=float)) for gpu, sig, d in rows}
+    return External(durations, replace=True), base_gpus
+
+
+def _check_baseline_gpus(baseline: Path, base_gpus: set[str], run_gpus: set[str]) -> None:
+    if base_gpus and run_gpus and not (base_gpus & run_gpus):
+        raise BadInputError(f"--baseline {baseline}: recorded on {', '.join(sorted(base_gpus))}, but the input "
+                            f"ran on {', '.join(sorted(run_gpus))}; a baseline must come from the same GPU model")
+
+
+def _ncu_external(con: duckdb.DuckDBPyConnection) -> External | None:
+    """Nsight Compute's isolated duration of the same kernel (exact launch configuration), for what never ran alone."""
     rows = con.sql("""SELECT d.name, n.sig, n.duration_ns FROM _ncu_demand n JOIN devices d USING (run_id, device_id)
                       WHERE n.duration_ns > 0""").fetchall()
     durations = {(gpu, int(sig)): ("ncu", np.array([dur], dtype=float)) for gpu, sig, dur in rows}
@@ -202,16 +249,20 @@ def _external(con: duckdb.DuckDBPyConnection, baseline: Path | None, workdir: Pa
 
 def _unattributed_notes(con: duckdb.DuckDBPyConnection) -> list[str]:
     """Say what overlapped activity got no attributed row, and why, instead of leaving it out silently."""
-    notes = []
-    for reason, groups, inst, ms in con.sql("""
+    return [_unattributed_note(*row) for row in _unattributed(con)]
+
+
+def _unattributed_note(reason: str, groups: int, inst: int, ms: float) -> str:
+    return f"{inst} overlapped instances ({ms:.3f} ms) in {groups} signature group(s) are not attributed: {reason}"
+
+
+def _unattributed(con: duckdb.DuckDBPyConnection) -> list[tuple[str, int, int, float]]:
+    return con.sql("""
             SELECT CASE WHEN conflated THEN 'their isolated durations mix different work (class conflated)'
                         ELSE 'they have no baseline (no isolated instance; give --baseline or --ncu)' END,
                    count(*), sum(n_overlapped), sum(sum_t1_ns) / 1e6
             FROM kernel_signatures WHERE n_overlapped > 0 AND (conflated OR t0_ns IS NULL)
-            GROUP BY 1 ORDER BY 1""").fetchall():
-        notes.append(f"{inst} overlapped instances ({ms:.3f} ms) in {groups} signature group(s) are not attributed: "
-                     f"{reason}")
-    return notes
+            GROUP BY 1 ORDER BY 1""").fetchall()
 
 
 def _ncu_store(items: list[Path], input_dirs: list[Path], workdir: Path) -> tuple[Path | None, dict[Path, list[str]]]:
@@ -275,19 +326,31 @@ def _check_ncu(con: duckdb.DuckDBPyConnection, ncu_runs: dict[Path, list[str]]) 
 
 
 def _ncu_notes(con: duckdb.DuckDBPyConnection) -> list[str]:
+    return _ncu_notes_text(_ncu_facts(con))
+
+
+def _ncu_facts(con: duckdb.DuckDBPyConnection) -> tuple | None:
+    """(profile runs, exact, by name, signatures, kernels lacking metrics, those metrics), None without profiles."""
     if con.sql("SELECT count(*) FROM ncu_kernels").fetchall()[0][0] == 0:
-        return []
+        return None
     n_runs, exact, by_name, total = con.sql("""
         SELECT (SELECT count(DISTINCT run_id) FROM ncu_kernels), count(*) FILTER (match = 'exact'),
                count(*) FILTER (match = 'name'), count(*)
         FROM ncu_match WHERE kind <> 'comm'""").fetchall()[0]
-    notes = [f"Nsight Compute: {n_runs} profile run(s); {exact + by_name} of {total} non-communication kernel "
-             f"signatures matched ({exact} exact, {by_name} by name only); their counters are used where they apply "
-             "(occupancy_source, ncu_* columns)"]
     lacking, names = con.execute("""
         SELECT count(*) FILTER (list_has_any(missing, $1::VARCHAR[])),
                list_sort(list_distinct(flatten(list(list_intersect(missing, $1::VARCHAR[])))))
         FROM ncu_kernels""", [list(_NCU_METRICS_USED)]).fetchall()[0]
+    return n_runs, exact, by_name, total, lacking, names
+
+
+def _ncu_notes_text(facts: tuple | None) -> list[str]:
+    if facts is None:
+        return []
+    n_runs, exact, by_name, total, lacking, names = facts
+    notes = [f"Nsight Compute: {n_runs} profile run(s); {exact + by_name} of {total} non-communication kernel "
+             f"signatures matched ({exact} exact, {by_name} by name only); their counters are used where they apply "
+             "(occupancy_source, ncu_* columns)"]
     if lacking:
         notes.append(f"Nsight Compute: {lacking} profiled kernel(s) lack metrics the models use ({', '.join(names)}): "
                      "their ncu_* columns are NULL and the trace's own evidence stands in; collect with the sections "
@@ -314,3 +377,4 @@ class _CallableModule(types.ModuleType):
 
 
 sys.modules[__name__].__class__ = _CallableModule
+

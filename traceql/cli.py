@@ -65,6 +65,10 @@ RunDirs = Annotated[list[Path], typer.Argument(help="Run directories made by `tr
 OnError = Annotated[OnErrorChoice, typer.Option(help="What to do with a bad input among many: raise (stop) or skip "
                                                      "(go on, naming it).", case_sensitive=False)]
 Format = Annotated[TableFormat, typer.Option("--format", "-f", case_sensitive=False, help="How to print the result.")]
+ExecutorOpt = Annotated[str | None, typer.Option(
+    "--executor", help="Where each run (rank file) is processed: local (this process, one run at a time), local:N "
+                       "(N processes) or dask://HOST:PORT (a running Dask scheduler whose workers see the same paths).",
+    show_default=False)]
 
 
 def _err(msg: str) -> None:
@@ -101,8 +105,9 @@ def ingest(
     allow_no_kernels: Annotated[bool, typer.Option(help="Ingest traces without CUDA kernels (NVTX/OS data only).")]
     = False,
     label: Annotated[list[str], typer.Option(help="KEY=VALUE label recorded with each run (repeatable).")] = [],  # noqa: B006
-    jobs: Annotated[int, typer.Option("-j", "--jobs", help="Traces ingested in parallel.")] = 1,
+    jobs: Annotated[int, typer.Option("-j", "--jobs", help="Traces ingested in parallel (--executor local:N).")] = 1,
     on_error: OnError = OnErrorChoice.raise_,
+    executor: ExecutorOpt = None,
 ) -> None:
     """Normalize Nsight Systems exports and Nsight Compute reports into a run directory of Parquet tables (v1)."""
     from .ingest import ingest as do_ingest
@@ -127,9 +132,10 @@ def ingest(
                 _say(bar, f"traceql: warning: {warning}")
 
         do_ingest(traces, out, require_kernels=not allow_no_kernels, labels=labels, jobs=jobs,
-                  on_error=on_error.value, progress=progress)
+                  on_error=on_error.value, progress=progress, executor=executor)
     typer.echo(str(out))
     if failed:
+        _err(f"{len(failed)} of {len(traces)} trace(s) failed: {', '.join(failed)}")
         raise typer.Exit(EXIT_BAD_INPUT)
 
 
@@ -179,6 +185,7 @@ def attribute(
     limit: Annotated[int, typer.Option(help="Rows of the table format (worst first).")] = 25,
     max_slowdown: Annotated[float | None, typer.Option(help="Exit 1 if a device's compute slowdown exceeds this "
                                                             "(e.g. 0.1 for 10%): a regression gate.")] = None,
+    executor: ExecutorOpt = None,
 ) -> None:
     """Measure overlap and slowdown of every GPU activity beside other work, and name the contended resource."""
     from .attribute import attribute as do_attribute
@@ -186,7 +193,8 @@ def attribute(
 
     with _ctrl_c("nothing was written"), _progress() as bar:
         bar.add_task("attribute", total=None)
-        result = do_attribute(inputs, baseline=baseline, ncu=ncu, group_by_nvtx=group_by_nvtx, focus=focus.value)
+        result = do_attribute(inputs, baseline=baseline, ncu=ncu, group_by_nvtx=group_by_nvtx, focus=focus.value,
+                              executor=executor)
         if out_dir is not None:
             result.write(out_dir)
     sys.stdout.write(render_attribution(result, fmt.value, limit))

@@ -40,6 +40,10 @@ class UsageError(TraceqlError, ValueError):
     """Contradictory or invalid options."""
 
 
+class WorkerLostError(TraceqlError, RuntimeError):
+    """The worker running one unit of work (a rank file, a run) died and the unit could not be finished elsewhere."""
+
+
 class Interrupted(TraceqlError):
     """The user pressed Ctrl-C; the work stopped and left nothing half-written."""
 

@@ -15,7 +15,7 @@ import lzma
 import threading
 import zlib
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import Future
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -24,7 +24,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from . import __version__, schema, screen, store
-from .errors import BadInputError, MissingInputError, TraceqlError
+from .errors import BadInputError, MissingInputError, TraceqlError, UsageError
+from .executor import Executor, run_units
+from .executor import parse as parse_executor
 from .nsys.adapter import adapter_for
 from .nsys.locate import export_report
 from .nsys.source import open_source
@@ -42,6 +44,7 @@ class RunInfo:
     already: bool = False
     warnings: list[str] = field(default_factory=list)
     repairs: dict[str, int] = field(default_factory=dict)  # odd rows dropped at ingest, by table.reason (screen.py)
+    labels: dict[str, str] = field(default_factory=dict)
 
     def manifest_entry(self) -> dict:
         """What the run store's manifest records of the run."""
@@ -120,11 +123,14 @@ def _resolve_input(path: Path) -> tuple[Path, str]:
 
 
 def ingest_one(trace: str | Path, out: str | Path, *, require_kernels: bool = True,
-               labels: dict[str, str] | None = None, power_file: str | Path | None = None) -> RunInfo:
+               labels: dict[str, str] | None = None, power_file: str | Path | None = None,
+               index: bool = True) -> RunInfo:
+    """Ingest one trace into the run directory ``out``. ``index=False`` leaves the manifest to the caller (a worker
+    of a distributed ingest writes only its run's own files)."""
     from .ncu.ingest import ingest_ncu_report, is_ncu_report
 
     if is_ncu_report(trace):  # Nsight Compute: its own reader, the same run store
-        return ingest_ncu_report(trace, out, labels=labels)
+        return ingest_ncu_report(trace, out, labels=labels, index=index)
     trace, out = Path(trace), Path(out)
     path, fmt = _resolve_input(trace)
     ident = _Identity(path, out)
@@ -153,7 +159,11 @@ def ingest_one(trace: str | Path, out: str | Path, *, require_kernels: bool = Tr
             raise type(exc)(str(exc).replace(str(export), f"{trace} ({made})")) from exc
         if export.parent == tmp:
             export.unlink()
-        info.already = not store.publish_run(out, tmp, info.run_id, info.manifest_entry())
+        info.already = not store.publish_run(out, tmp, info.run_id, info.manifest_entry(), index=index)
+    except OSError as exc:  # the run directory's disk (reading a damaged input is bad input already)
+        if exc.errno not in store.NO_ROOM:
+            raise
+        raise store.unwritable(out, exc) from exc
     finally:
         store.discard(tmp, created)
     return info
@@ -197,7 +207,7 @@ class _Identity:
         if store.is_store(self.out) and run_id in (runs := store.read_manifest(self.out)["runs"]):
             info = runs[run_id]
             return RunInfo(run_id, info["source_path"], self.digest, info["format"], info.get("tables", {}),
-                           already=True, repairs=info.get("repairs", {}))
+                           already=True, repairs=info.get("repairs", {}), labels=info.get("labels", {}))
         return None
 
     def claim(self) -> str:
@@ -230,7 +240,7 @@ def _write_run(trace: Path, export: Path, fmt: str, ident: _Identity, tmp: Path,
     source = open_source(export)
     con = duckdb.connect()
     con.execute("SET threads TO 2")
-    info = RunInfo("", str(trace.resolve()), "", fmt)  # run_id and sha256: at the first write
+    info = RunInfo("", str(trace.resolve()), "", fmt, labels=dict(labels))  # run_id and sha256: at the first write
     try:
         adapter = adapter_for(source, con)
         meta = source.meta()
@@ -332,42 +342,45 @@ def _encoded(col: pa.Array, type_: pa.DataType) -> pa.Array:
 
 def ingest(traces: Sequence[str | Path] | str | Path, out: str | Path, *, require_kernels: bool = True,
            labels: dict[str, str] | None = None, jobs: int = 1, on_error: str = "raise",
-           progress: Callable[[RunInfo | Exception, Path], None] | None = None) -> list[RunInfo]:
-    """Ingest each trace into the run directory ``out``; return one RunInfo per trace.
+           progress: Callable[[RunInfo | Exception, Path], None] | None = None,
+           executor: str | Executor | None = None) -> list[RunInfo]:
+    """Ingest each trace into the run directory ``out``; return one RunInfo per trace, in the order given.
 
-    ``jobs`` > 1 ingests several traces in parallel processes (one per rank file, say).
-    ``on_error='skip'`` goes on past a bad trace and reports it through ``progress``.
+    Each trace (one rank file, say) is one unit of work of ``executor`` (:mod:`traceql.executor`: ``local``,
+    ``local:N`` processes, ``dask://HOST:PORT``; ``jobs`` > 1 is ``local:jobs``); on Dask, each trace is read where
+    a worker runs, so traces and ``out`` must be paths every worker sees (a shared file system). Workers write only
+    their run's files; the manifest is indexed here, once they are done. ``on_error='skip'`` goes on past a bad
+    trace and reports each one through ``progress`` (as it completes, like every result).
     """
     if isinstance(traces, str | Path):
         traces = [traces]
     if not traces:
         raise BadInputError("no trace given")
-    kwargs = dict(require_kernels=require_kernels, labels=labels)
-    results: list[RunInfo] = []
+    if on_error not in ("raise", "skip"):
+        raise UsageError(f"on_error {on_error!r}: choose raise or skip")
+    ex = parse_executor(executor, jobs)
+    out = Path(out)
+    paths = [Path(t) for t in traces]
+    if ex.distributed:  # the workers' working directories are not ours
+        out, paths = out.resolve(), [p.resolve() for p in paths]
+        store.reindex(out)  # the store exists (a readable, empty index) before the first run arrives
+    kwargs = dict(require_kernels=require_kernels, labels=labels, index=not ex.distributed)
+    results: dict[int, RunInfo] = {}
+    calls = [(t, out, kwargs) for t in paths]
+    try:
+        for i, result in run_units(ex, _ingest_unit, calls, [str(t) for t in traces]):
+            if progress:
+                progress(result, Path(traces[i]))
+            if isinstance(result, Exception):
+                if on_error == "raise":
+                    raise result
+            else:
+                results[i] = result
+    finally:
+        if ex.distributed and results:  # the one writer of the index
+            store.reindex(out, {r.run_id: r.manifest_entry() for r in results.values() if not r.already})
+    return [results[i] for i in sorted(results)]
 
-    def done(result: RunInfo | Exception, trace: Path) -> None:
-        if progress:
-            progress(result, trace)
-        if isinstance(result, Exception):
-            if on_error == "raise":
-                raise result
-        else:
-            results.append(result)
 
-    if jobs <= 1 or len(traces) == 1:
-        for t in traces:
-            try:
-                r = ingest_one(t, out, **kwargs)
-            except TraceqlError as exc:  # bad input, missing input, no nsys...
-                r = exc
-            done(r, Path(t))
-        return results
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
-        futures = [(pool.submit(ingest_one, t, out, **kwargs), Path(t)) for t in traces]
-        for fut, t in futures:
-            try:
-                r = fut.result()
-            except TraceqlError as exc:
-                r = exc
-            done(r, t)
-    return results
+def _ingest_unit(trace: Path, out: Path, kwargs: dict) -> RunInfo:
+    return ingest_one(trace, out, **kwargs)

@@ -2,12 +2,16 @@
 
 Layout::
 
-    RUN_DIR/manifest.json              the runs it holds (written last, atomically)
+    RUN_DIR/manifest.json              an index of the runs it holds (rebuildable from their run.json)
     RUN_DIR/runs/<run_id>/<table>.parquet   one file per normalized table, empty tables included
+    RUN_DIR/runs/<run_id>/run.json          what the run holds; its presence says the run is complete
 
-A run appears in the manifest only once all its files are in place, so a crash mid-ingest leaves
-no half run; a staging folder ``.tmp-<pid>-*`` whose process is gone (a killed ingest) is removed by the next
-ingest into the same directory.
+A run is written in a staging folder and moved into ``runs/`` in one rename, with its ``run.json``, so a crash
+mid-ingest leaves no half run. Each writer writes only its own files: the manifest is an index that the process
+which ingested (or :func:`reindex`) updates, and a reader also takes the complete runs it does not list yet (a
+worker of another host published them) and names, and leaves out, a run folder still being written. A staging
+folder ``.tmp-<pid>@<host>~*`` whose process is gone (a killed ingest on this host) is removed by the next ingest
+into the same directory; one of another host only when nothing in it changed for an hour.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import fcntl
 import json
 import os
 import shutil
+import socket
 import sys
 import tempfile
 import time
@@ -30,15 +35,19 @@ from . import schema
 from .errors import BadInputError, MissingInputError, SchemaVersionError
 
 MANIFEST = "manifest.json"
+RUN_INFO = "run.json"
 STORE_FORMAT = "traceql-run-store"
 
 
 def is_store(path: Path) -> bool:
-    return (path / MANIFEST).is_file()
+    return (path / MANIFEST).exists()  # a manifest that is not a file: a damaged store, said by read_manifest
 
 
-def read_manifest(root: Path) -> dict:
+def read_manifest(root: Path, *, quiet: bool = False) -> dict:
     path = root / MANIFEST
+    if path.exists() and not path.is_file():
+        raise BadInputError(f"{path}: not a file; the run directory is damaged: re-ingest the traces into a new "
+                            "directory")
     if not path.is_file():
         if not root.exists():
             raise MissingInputError(f"{root}: no such run directory; create one with `traceql ingest TRACE -o {root}`")
@@ -49,13 +58,55 @@ def read_manifest(root: Path) -> dict:
     except (OSError, json.JSONDecodeError) as exc:
         raise BadInputError(f"{path}: unreadable manifest ({exc}); re-ingest the traces into a new directory") \
             from exc
-    if manifest.get("format") != STORE_FORMAT:
-        raise BadInputError(f"{path}: not a traceql manifest")
+    if not isinstance(manifest, dict) or manifest.get("format") != STORE_FORMAT:
+        raise BadInputError(f"{path}: not a traceql manifest; give a run directory made by `traceql ingest`")
     if manifest.get("schema_version") != schema.SCHEMA_VERSION:
         raise SchemaVersionError(f"{path}: run store schema version {manifest.get('schema_version')} is not "
                                  f"supported (this traceql reads {schema.SCHEMA_VERSION}); re-ingest the traces "
                                  "or use a matching traceql")
+    if not isinstance(manifest.get("runs"), dict) or not all(isinstance(e, dict) for e in manifest["runs"].values()):
+        raise BadInputError(f"{path}: damaged manifest (runs is not a mapping of run ids to entries); re-ingest the "
+                            "traces into a new directory")
+    if (root / "runs").exists() and not (root / "runs").is_dir():
+        raise BadInputError(f"{root / 'runs'}: not a folder; the run directory is damaged: re-ingest the traces "
+                            "into a new directory")
+    _add_unindexed(root, manifest, quiet)
     return manifest
+
+
+_noted: set[tuple[str, str]] = set()  # (store, run) whose incomplete state this process reported already
+
+
+def _add_unindexed(root: Path, manifest: dict, quiet: bool = False) -> None:
+    """Add the complete runs of ``root/runs`` that the index does not list (published by another process, whose
+    index update is still to come or was lost) and report, once, the run folders still being written."""
+    try:
+        names = os.listdir(root / "runs")
+    except FileNotFoundError:
+        return
+    for run_id in sorted(set(names) - set(manifest["runs"])):
+        if run_id.startswith("."):
+            continue
+        entry = read_run_info(root / "runs" / run_id)
+        if entry is not None and entry.get("run_id") == run_id:
+            manifest["runs"][run_id] = entry
+        elif not quiet and (str(root), run_id) not in _noted:
+            _noted.add((str(root), run_id))
+            why = (f"is still being written (no {RUN_INFO} yet)" if entry is None else
+                   f"holds the {RUN_INFO} of run {entry.get('run_id')} (a copy?)")
+            print(f"traceql: note: run folder {run_id} in {root} {why}; it is left out", file=sys.stderr)
+
+
+def read_run_info(run_dir: Path) -> dict | None:
+    """The index entry of the run in ``run_dir``, from its ``run.json``; None while it has none (being written)."""
+    try:
+        info = json.loads((run_dir / RUN_INFO).read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, json.JSONDecodeError) as exc:
+        raise BadInputError(f"{run_dir / RUN_INFO}: unreadable ({exc}); remove {run_dir} and ingest its trace "
+                            "again") from exc
+    return {k: v for k, v in info.items() if k not in ("already", "warnings")}
 
 
 def new_manifest() -> dict:
@@ -64,34 +115,66 @@ def new_manifest() -> dict:
 
 @contextlib.contextmanager
 def locked_manifest(root: Path) -> Iterator[dict]:
-    """Read-modify-write the manifest under an exclusive lock; written atomically on exit."""
+    """Read-modify-write the manifest; written atomically on exit.
+
+    The lock only spares processes of one host a lost update (``flock`` is not reliable on network file systems):
+    the index is never the only record, since readers also take complete runs it lacks (:func:`read_manifest`).
+    """
     root.mkdir(parents=True, exist_ok=True)
-    with open(root / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        manifest = read_manifest(root) if (root / MANIFEST).exists() else new_manifest()
+    try:
+        lock = open(root / ".lock", "w")  # noqa: SIM115 (closed by the with below)
+    except OSError as exc:
+        raise unwritable(root / ".lock", exc) from exc
+    with lock:
+        with contextlib.suppress(OSError):  # a file system without locks: the index stays rebuildable
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        # quiet: a writer indexing a run it wrote straight into runs/ would be told of its own run
+        manifest = read_manifest(root, quiet=True) if (root / MANIFEST).exists() else new_manifest()
         yield manifest
-        fd, tmp = tempfile.mkstemp(dir=root, prefix=".manifest-", suffix=".json")
-        os.fchmod(fd, 0o644)  # mkstemp makes 0600: others sharing the run directory could not read it
-        with os.fdopen(fd, "w") as f:
-            json.dump(manifest, f, indent=2, sort_keys=True)
-        os.replace(tmp, root / MANIFEST)
+        try:
+            fd, tmp = tempfile.mkstemp(dir=root, prefix=".manifest-", suffix=".json")
+        except OSError as exc:
+            raise unwritable(root, exc) from exc
+        try:
+            os.fchmod(fd, 0o644)  # mkstemp makes 0600: others sharing the run directory could not read it
+            with os.fdopen(fd, "w") as f:
+                json.dump(manifest, f, indent=2, sort_keys=True)
+            os.replace(tmp, root / MANIFEST)
+        except OSError as exc:  # a full disk: the manifest stays as it was
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise unwritable(root / MANIFEST, exc) from exc
+
+
+def reindex(root: Path, entries: dict[str, dict] | None = None) -> dict:
+    """Write the index of ``root``: the entries it lists, every complete run it lacks (from their ``run.json``), and
+    ``entries`` (run id -> entry) over those. Returns the manifest."""
+    with locked_manifest(root) as manifest:
+        manifest["runs"].update(entries or {})
+    return manifest
 
 
 STAGING_PREFIX = ".tmp-"
-LEGACY_STAGING_AGE_S = 3600  # a staging folder that names no process: removed once this old (no live ingest is)
+# a staging folder whose process cannot be checked (another host's, or one that names none): removed once nothing in
+# it changed for this long (a live ingest writes its files one after the other)
+LEGACY_STAGING_AGE_S = 3600
+HOST = socket.gethostname().replace("~", "_").replace("/", "_")
 
 
 def staging_dir(root: Path) -> Path:
-    """A fresh folder in ``root`` to write a run into before publishing it, named after this process, after removing
-    the folders that ingests killed mid-way left behind (their process is gone)."""
+    """A fresh folder in ``root`` to write a run into before publishing it, named after this process and host, after
+    removing the folders that ingests killed mid-way left behind (their process is gone)."""
     try:
         root.mkdir(parents=True, exist_ok=True)
         for leftover in root.glob(f"{STAGING_PREFIX}*"):
             if leftover.is_dir() and _abandoned(leftover):
                 shutil.rmtree(leftover, ignore_errors=True)
-        return Path(tempfile.mkdtemp(dir=root, prefix=f"{STAGING_PREFIX}{os.getpid()}-"))
+        return Path(tempfile.mkdtemp(dir=root, prefix=f"{STAGING_PREFIX}{os.getpid()}@{HOST}~"))
     except OSError as exc:
         raise unwritable(root, exc) from exc
+
+
+NO_ROOM = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS)  # a write failed for want of room or rights
 
 
 def unwritable(path: Path, exc: OSError) -> BadInputError:
@@ -99,7 +182,8 @@ def unwritable(path: Path, exc: OSError) -> BadInputError:
     why = exc.strerror or str(exc)
     hint = {errno.ENOSPC: "free space on its file system or write elsewhere",
             errno.EFBIG: "the file exceeds the size limit of this process (ulimit -f): raise it or write elsewhere",
-            errno.EDQUOT: "free space in your quota or write elsewhere"}.get(exc.errno,
+            errno.EDQUOT: "free space in your quota or write elsewhere",
+            errno.EROFS: "the file system is read-only: write elsewhere"}.get(exc.errno,
                                                                               "give a path you can write to")
     return BadInputError(f"{path}: cannot write here ({why}); {hint}")
 
@@ -113,13 +197,19 @@ def discard(staged: Path, created: Path | None = None) -> None:
             created.rmdir()
 
 
+def _untouched_for(folder: Path) -> float:
+    try:
+        return time.time() - max([folder.stat().st_mtime] + [p.stat().st_mtime for p in folder.iterdir()])
+    except OSError:
+        return 0.0
+
+
 def _abandoned(folder: Path) -> bool:
-    pid_text = folder.name[len(STAGING_PREFIX):].split("-", 1)[0]
-    if not pid_text.isdigit():  # written before staging folders named their process
-        try:
-            return time.time() - folder.stat().st_mtime > LEGACY_STAGING_AGE_S
-        except OSError:
-            return False
+    rest = folder.name[len(STAGING_PREFIX):]
+    head, sep, _ = rest.rpartition("~")
+    pid_text, _, host = head.partition("@") if sep else (rest.split("-", 1)[0], "", HOST)
+    if not pid_text.isdigit() or host != HOST:  # names no process, or one of another host
+        return _untouched_for(folder) > LEGACY_STAGING_AGE_S
     pid = int(pid_text)
     if pid == os.getpid():
         return False
@@ -132,21 +222,30 @@ def _abandoned(folder: Path) -> bool:
     return False
 
 
-def publish_run(root: Path, staged: Path, run_id: str, entry: dict) -> bool:
-    """Move a run written in ``staged`` to ``root/runs/run_id`` and list it in the manifest, under the lock.
+def publish_run(root: Path, staged: Path, run_id: str, entry: dict, *, index: bool = True) -> bool:
+    """Move a run written in ``staged`` (its ``run.json`` included) to ``root/runs/run_id`` in one rename; with
+    ``index``, also list it in the manifest (a worker of a distributed ingest leaves that to the client).
 
-    False when the manifest holds the run already (a parallel ingest of the same file won the race); ``staged``
+    False when the store holds the run already (a parallel ingest of the same file won the race); ``staged``
     is then left where it is, for the caller to remove.
     """
     final = root / "runs" / run_id
     final.parent.mkdir(exist_ok=True)
-    with locked_manifest(root) as manifest:
-        if run_id in manifest["runs"]:
-            return False
-        if final.exists():  # files of a run whose manifest entry never got written
-            shutil.rmtree(final)
+    if (final / RUN_INFO).is_file() or (is_store(root) and run_id in read_manifest(root)["runs"]):
+        return False
+    if final.exists():  # files of a run that never got its run.json: moved aside in one rename, then removed
+        aside = Path(tempfile.mkdtemp(dir=root, prefix=f"{STAGING_PREFIX}{os.getpid()}@{HOST}~stale-"))
+        with contextlib.suppress(FileNotFoundError):
+            final.rename(aside / run_id)
+        shutil.rmtree(aside, ignore_errors=True)
+    try:
         staged.rename(final)
-        manifest["runs"][run_id] = entry
+    except OSError:  # another writer published the same run in between
+        if (final / RUN_INFO).is_file():
+            return False
+        raise
+    if index:
+        reindex(root, {run_id: entry})
     return True
 
 

@@ -37,7 +37,8 @@ def is_ncu_report(path: str | Path) -> bool:
     return path.suffix == SUFFIX
 
 
-def ingest_ncu_report(trace: str | Path, out: str | Path, *, labels: dict[str, str] | None = None) -> RunInfo:
+def ingest_ncu_report(trace: str | Path, out: str | Path, *, labels: dict[str, str] | None = None,
+                      index: bool = True) -> RunInfo:
     """Ingest one Nsight Compute report into the run directory ``out``."""
     trace, out = Path(trace), Path(out)
     if not trace.exists():
@@ -58,9 +59,14 @@ def ingest_ncu_report(trace: str | Path, out: str | Path, *, labels: dict[str, s
         report = read_report(path, shown=trace)
         if path.parent == tmp:
             path.unlink()
-        info = RunInfo(run_id, str(trace.resolve()), digest, FORMAT, warnings=list(report.warnings))
+        info = RunInfo(run_id, str(trace.resolve()), digest, FORMAT, warnings=list(report.warnings),
+                       labels=dict(labels or {}))
         _write_run(report, trace, run_id, digest, labels or {}, tmp, info)
-        info.already = not store.publish_run(out, tmp, run_id, info.manifest_entry())
+        info.already = not store.publish_run(out, tmp, run_id, info.manifest_entry(), index=index)
+    except OSError as exc:  # the run directory's disk
+        if exc.errno not in store.NO_ROOM:
+            raise
+        raise store.unwritable(out, exc) from exc
     finally:
         store.discard(tmp, created)
     return info
