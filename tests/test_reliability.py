@@ -672,3 +672,338 @@ def _pq_metrics_value_text(env):
     t = t.set_column(t.column_names.index("value"), "value", pa.array([f"{v} units" for v in t["value"].to_pylist()]))
     pq.write_table(t, f)
     return ingest(env, d, words_path=d)
+
+
+# -- ingest: hostile names and values (accepted, stored exactly) ----------------------------------------------------
+
+def _accepted(env, trace: Path, out: Path, *extra, check_sql: str | None = None, expected=None) -> Run:
+    run = env.cli("ingest", trace, "-o", out, *extra, watch=out, grow=out)
+    if run.rc == 0 and check_sql is not None:
+        import traceql
+
+        con = traceql.connect(out, views=False)
+        got = con.sql(check_sql).fetchall()
+        con.close()
+        if got != expected:
+            run.err += f"\ntraceql: stored {got!r}, expected {expected!r}"
+            run.rc = 99
+    return run
+
+
+@case("ingest", "a trace path with quotes, spaces, a semicolon and non-ASCII letters", expect=0)
+def _path_hostile(env):
+    d = env.path("it's a \"trace\"; DROP TABLE runs; -- éè 東京")
+    d.mkdir()
+    trace = d / "cpu's.sqlite"
+    shutil.copy(env.inputs["cpu_nvtx"], trace)
+    return _accepted(env, trace, env.path("out"), "--allow-no-kernels", check_sql="SELECT source_path FROM runs",
+                     expected=[(str(trace.resolve()),)])
+
+
+@case("ingest", "a trace path with a newline in it", expect=0)
+def _path_newline(env):
+    trace = env.path("two\nlines.sqlite")
+    shutil.copy(env.inputs["cpu_nvtx"], trace)
+    return _accepted(env, trace, env.path("out"), "--allow-no-kernels", check_sql="SELECT source_path FROM runs",
+                     expected=[(str(trace.resolve()),)])
+
+
+@case("ingest", "a trace file name of 255 characters", expect=0)
+def _path_long_name(env):
+    trace = env.path("t" * 248 + ".sqlite")
+    shutil.copy(env.inputs["cpu_nvtx"], trace)
+    return _accepted(env, trace, env.path("out"), "--allow-no-kernels")
+
+
+@case("ingest", "a run directory whose path has quotes and brackets (read back through SQL)", expect=0)
+def _out_hostile(env):
+    out = env.path("runs ['a'] \"b\" {c}")
+    return _accepted(env, env.inputs["cpu_nvtx"], out, "--allow-no-kernels", check_sql="SELECT count(*) FROM nvtx",
+                     expected=[(19,)])
+
+
+@case("ingest", "a label whose value is SQL and markup", expect=0)
+def _label_hostile(env):
+    value = "'); DROP TABLE runs; -- <script>alert(1)</script>"
+    return _accepted(env, env.inputs["cpu_nvtx"], env.path("out"), "--allow-no-kernels", "--label", f"note={value}",
+                     check_sql="SELECT json_extract_string(labels_json, '$.note') FROM runs", expected=[(value,)])
+
+
+@case("ingest", "an NVTX range text of 1 MB with markup, quotes and control characters", expect=0)
+def _nvtx_huge_text(env):
+    text = ("<script>alert('x')</script>\"\t\x01;" * 40_000)[:1_000_000]
+    sql_text = text.replace("'", "''")
+    p = edited(env, "huge_nvtx.sqlite", f"UPDATE NVTX_EVENTS SET text = '{sql_text}', textId = NULL WHERE rowid = "
+                                        "(SELECT min(rowid) FROM NVTX_EVENTS WHERE eventType = 59)")
+    return _accepted(env, p, env.path("out"), "--allow-no-kernels",
+                     check_sql="SELECT max(length(text)) FROM nvtx", expected=[(len(text),)])
+
+
+@case("ingest", "a kernel name of 100 kB, a C++ template full of quotes and markup", expect=0)
+def _kernel_huge_name(env):
+    name = ("void k<\"'</script>&amp;;--" * 4_000)[:100_000]
+    sql_name = name.replace("'", "''")
+    p = edited(env, "huge_kernel.sqlite", f"UPDATE StringIds SET value = '{sql_name}' WHERE id = (SELECT "
+                                          f"demangledName FROM {KERNEL} LIMIT 1)", src="contention")
+    return _accepted(env, p, env.path("out"), check_sql=f"SELECT count(*) > 0 FROM kernels WHERE name = '{sql_name}'",
+                     expected=[(True,)])
+
+
+# -- ingest: options ----------------------------------------------------------------------------------------------
+
+@case("ingest", "a label that is not KEY=VALUE", words=("KEY=VALUE",))
+def _label_not_kv(env):
+    out = env.path("out")
+    return env.cli("ingest", env.inputs["cpu_nvtx"], "-o", out, "--label", "just-a-word", named="just-a-word",
+                   watch=out)
+
+
+@case("ingest", "a label with an empty key", words=("KEY=VALUE",))
+def _label_empty_key(env):
+    out = env.path("out")
+    return env.cli("ingest", env.inputs["cpu_nvtx"], "-o", out, "--label", "=v", named="=v", watch=out)
+
+
+@case("ingest", "no -o/--out", words=("--out",))
+def _no_out(env):
+    return env.cli("ingest", env.inputs["cpu_nvtx"], named="Missing option", watch=env.tmp)
+
+
+@case("ingest", "no trace at all", words=("TRACES",))
+def _no_traces(env):
+    out = env.path("out")
+    return env.cli("ingest", "-o", out, named="Missing argument", watch=out)
+
+
+@case("ingest", "an unknown --on-error policy", words=("'raise', 'skip'",))
+def _bad_on_error(env):
+    out = env.path("out")
+    return env.cli("ingest", env.inputs["cpu_nvtx"], "-o", out, "--on-error", "ignore", named="ignore", watch=out)
+
+
+@case("ingest", "a bad trace among good ones with --on-error skip: the good ones are ingested", words="skipped")
+def _skip_one_bad(env):
+    bad = written(env, "bad.sqlite", b"junk" * 100)
+    out = env.path("out")
+    run = env.cli("ingest", env.inputs["cpu_nvtx"], bad, "-o", out, "--allow-no-kernels", "--on-error", "skip",
+                  named=bad, watch=out, grow=out)
+    manifest = json.loads((out / "manifest.json").read_text())
+    if len(manifest["runs"]) != 1:
+        run.err += f"\ntraceql: expected the good run in the store, found {list(manifest['runs'])}"
+    return run
+
+
+# -- ingest: outputs ------------------------------------------------------------------------------------------------
+
+def _into(env, out: Path, named=None, watch=None) -> Run:
+    return env.cli("ingest", env.inputs["cpu_nvtx"], "-o", out, "--allow-no-kernels", named=named or out,
+                   watch=watch or out)
+
+
+@case("ingest", "-o names an existing regular file", words="cannot write here")
+def _out_is_file(env):
+    f = written(env, "store.txt", b"my notes")
+    return _into(env, f)
+
+
+@case("ingest", "-o names a path below a regular file", words="cannot write here")
+def _out_under_file(env):
+    f = written(env, "store.txt", b"my notes")
+    return _into(env, f / "runs", named=f / "runs", watch=f)
+
+
+@case("ingest", "-o names a device (/dev/full)", words="cannot write here")
+def _out_dev_full(env):
+    return _into(env, Path("/dev/full"), watch=env.tmp)
+
+
+@case("ingest", "-o on a read-only file system (/sys)", words="cannot write here")
+def _out_read_only(env):
+    return _into(env, Path("/sys/traceql-runs"), watch=env.tmp)
+
+
+def _store_copy(env: Env, key: str = "store", name: str = "out") -> Path:
+    return copy(env, key, name)
+
+
+def _manifest(store: Path) -> Path:
+    return store / "manifest.json"
+
+
+@case("ingest", "a run store whose manifest is not JSON", words=("manifest", "re-ingest"))
+def _out_manifest_garbage(env):
+    s = _store_copy(env)
+    _manifest(s).write_text("{not json")
+    return _into(env, s, named=_manifest(s))
+
+
+@case("ingest", "a run store whose manifest is a JSON list", words="not a traceql manifest")
+def _out_manifest_list(env):
+    s = _store_copy(env)
+    _manifest(s).write_text("[]")
+    return _into(env, s, named=_manifest(s))
+
+
+@case("ingest", "a run store whose manifest has another format", words="not a traceql manifest")
+def _out_manifest_other_format(env):
+    s = _store_copy(env)
+    _manifest(s).write_text(json.dumps({"format": "something-else", "schema_version": 1, "runs": {}}))
+    return _into(env, s, named=_manifest(s))
+
+
+@case("ingest", "a run store of a future schema version", words=("schema version 99", "traceql"))
+def _out_future_store(env):
+    s = _store_copy(env)
+    m = json.loads(_manifest(s).read_text())
+    m["schema_version"] = 99
+    _manifest(s).write_text(json.dumps(m))
+    return _into(env, s, named=_manifest(s))
+
+
+@case("ingest", "a run store whose runs list is not an object", words=("manifest", "re-ingest"))
+def _out_manifest_runs_list(env):
+    s = _store_copy(env)
+    m = json.loads(_manifest(s).read_text())
+    m["runs"] = ["a", "b"]
+    _manifest(s).write_text(json.dumps(m))
+    return _into(env, s, named=_manifest(s))
+
+
+@case("ingest", "a run store whose manifest is a folder", words=("manifest", "re-ingest"))
+def _out_manifest_folder(env):
+    s = _store_copy(env)
+    _manifest(s).unlink()
+    _manifest(s).mkdir()
+    return _into(env, s, named=_manifest(s))
+
+
+@case("ingest", "a run store whose runs folder is a file", words=("not a folder", "re-ingest"))
+def _out_runs_is_file(env):
+    s = _store_copy(env)
+    shutil.rmtree(s / "runs")
+    (s / "runs").write_text("oops")
+    m = json.loads(_manifest(s).read_text())
+    m["runs"] = {}
+    _manifest(s).write_text(json.dumps(m))
+    return _into(env, s, named=s / "runs")
+
+
+@case("ingest", "a run store whose lock file is a folder", words="cannot write here")
+def _out_lock_is_folder(env):
+    s = _store_copy(env)
+    (s / ".lock").unlink(missing_ok=True)
+    (s / ".lock").mkdir()
+    run = _into(env, s, named=s)
+    run.grew.add(s)  # a run may be in place, found by readers though the index could not be written: still consistent
+    return run
+
+
+# -- ingest: two writers, a kill, Ctrl-C, a full disk ----------------------------------------------------------------
+
+def _spawn(args, **kw):
+    import subprocess
+
+    return subprocess.Popen([sys.executable, "-m", "traceql.cli", *map(str, args)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parent.parent, **kw)
+
+
+def _wait_for(predicate, timeout: float = 60) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def _runs_in(store: Path) -> set[str]:
+    return set(json.loads(_manifest(store).read_text())["runs"]) if _manifest(store).exists() else set()
+
+
+@case("ingest", "two ingests of different traces into one store at once: both runs land", expect=0)
+def _two_writers(env):
+    s = _store_copy(env)
+    before = _runs_in(s)
+    other = copy(env, "cpu_nvtx")
+    procs = [_spawn(["ingest", t, "-o", s, "--allow-no-kernels"]) for t in (other, env.inputs["contention_xz"])]
+    outs = [p.communicate(timeout=300) for p in procs]
+    run = Run(max(p.returncode for p in procs), "".join(o for o, _ in outs), "".join(e for _, e in outs), [],
+              {s: None}, {s})
+    if len(_runs_in(s) - before) != 2:
+        run.err += f"\ntraceql: expected two new runs, found {sorted(_runs_in(s) - before)}"
+        run.rc = 99
+    return run
+
+
+@case("ingest", "two ingests of the same trace into one store at once: one run", expect=0)
+def _two_writers_same_trace(env):
+    out = env.path("out")
+    trace = copy(env, "contention_xz")
+    procs = [_spawn(["ingest", trace, "-o", out]) for _ in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    run = Run(max(p.returncode for p in procs), "".join(o for o, _ in outs), "".join(e for _, e in outs), [],
+              {out: None}, {out})
+    if len(_runs_in(out)) != 1:
+        run.err += f"\ntraceql: expected one run, found {sorted(_runs_in(out))}"
+        run.rc = 99
+    return run
+
+
+def _staging(store: Path) -> list[Path]:
+    return list(store.glob(".tmp-*"))
+
+
+@case("ingest", "an ingest killed (SIGKILL) mid-way: the store is as it was, the next ingest clears the leftovers",
+      expect=0)
+def _sigkill_mid_ingest(env):
+    s = _store_copy(env)
+    before = _runs_in(s)
+    proc = _spawn(["ingest", env.inputs["contention_xz"], "-o", s])
+    started = _wait_for(lambda: _staging(s))
+    proc.kill()
+    proc.communicate()
+    left = _runs_in(s)
+    run = env.cli("ingest", env.inputs["cpu_nvtx"], "-o", s, "--allow-no-kernels", watch=s, grow=s)
+    if not started or left != before or _staging(s):
+        run.err += f"\ntraceql: staging seen {started}, runs after the kill {sorted(left)}, left {_staging(s)}"
+        run.rc = 99
+    return run
+
+
+@case("ingest", "Ctrl-C (SIGINT) mid-ingest: exit 130, the store as it was, no staging folder left", expect=130,
+      words="interrupted")
+def _ctrl_c_mid_ingest(env):
+    s = _store_copy(env)
+
+    def interrupt(proc):
+        _wait_for(lambda: _staging(s))
+        proc.send_signal(signal.SIGINT)
+
+    return env.child(["ingest", env.inputs["contention_xz"], "-o", s], watch=s, run=interrupt)
+
+
+def _file_size_limit(limit: int):
+    def preexec():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    return preexec
+
+
+@case("ingest", "the disk fills while a compressed export is unpacked", words=("cannot write here", "ulimit"))
+def _full_while_unpacking(env):
+    s = _store_copy(env)
+    return env.child(["ingest", env.inputs["contention_xz"], "-o", s], named=s, watch=s,
+                     preexec=_file_size_limit(1 << 20))
+
+
+@case("ingest", "the disk fills while the run's tables are written", words=("cannot write here", "ulimit"))
+def _full_while_writing(env):
+    s = _store_copy(env)
+    return env.child(["ingest", env.inputs["contention"], "-o", s], named=s, watch=s,
+                     preexec=_file_size_limit(100_000))
+
+
+@case("ingest", "the disk fills while a new store's first run is written", words=("cannot write here", "ulimit"))
+def _full_new_store(env):
+    out = env.path("out")
+    return env.child(["ingest", env.inputs["contention"], "-o", out], named=out, watch=[out, env.tmp],
+                     preexec=_file_size_limit(100_000))
