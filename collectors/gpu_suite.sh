@@ -26,10 +26,10 @@ run_step() {
       done ;;
     ddp) timeout 150 "${TQ[@]}" collect -o "$S" --gpu-metrics --power --name train_ddp --label mode=ddp \
         --nsys-args "--capture-range=cudaProfilerApi --capture-range-end=stop" -- \
-        torchrun --nproc-per-node 2 -m traceql.collectors.train --mode ddp --profile-range --steps 4 ;;
+        torchrun --nproc-per-node 2 -m traceql.collectors.train --parallel ddp --profile-range --steps 4 ;;
     fsdp2) timeout 150 "${TQ[@]}" collect -o "$S" --gpu-metrics --power --name train_fsdp2 --label mode=fsdp2 \
         --nsys-args "--capture-range=cudaProfilerApi --capture-range-end=stop" -- \
-        torchrun --nproc-per-node 2 -m traceql.collectors.train --mode fsdp2 --profile-range --steps 4 ;;
+        torchrun --nproc-per-node 2 -m traceql.collectors.train --parallel fsdp2 --profile-range --steps 4 ;;
     ncu) timeout 200 "${TQ[@]}" collect --ncu -o "$S" --name kernels --nvtx-include "profile/" -- \
         python3 -m traceql.collectors.contention --ncu ;;
     interrupt) timeout 90 "${TQ[@]}" collect -o "$S" --name interrupted --timeout 25 -- \

@@ -121,6 +121,15 @@ def train_ddp_run(tmp_path_factory) -> Path:
     return _ingest(tmp_path_factory, "train_ddp", H200 / "train_ddp.sqlite.xz")
 
 
+@pytest.fixture(scope="session")
+def h200x2_store(tmp_path_factory) -> Path:
+    """The reproduction runs of tests/data/h200x2 (overlap, train_ddp, train_ddp_repeat, train_fsdp2), ingested with
+    their labels and NVML samples into one run store, as `traceql collect` made it on the GPU machine."""
+    from h200x2 import build_store
+
+    return build_store(tmp_path_factory.mktemp("h200x2") / "run")
+
+
 KNOWN_CAUSE = {"h100": DATA / "h100" / "known_cause.sqlite.xz", "h200": DATA / "h200" / "known_cause.sqlite.xz",
                "h200-6144": DATA / "h200" / "known_cause_6144.sqlite.xz"}
 
