@@ -14,10 +14,11 @@
 WITH acts AS (
     SELECT a.run_id, a.device_id, a.activity_id, a.start_ns, a.end_ns, a.dur_ns, a.sig,
            CASE WHEN a.activity <> 'kernel' AND a.dur_ns > 0 AND d.mem_bandwidth_Bps > 0
-                THEN 100.0 * a.bytes * (CASE WHEN a.name LIKE '%DtoD%' THEN 2 ELSE 1 END)
+                THEN 100.0 * a.bytes * (CASE WHEN n.name LIKE '%DtoD%' THEN 2 ELSE 1 END)
                      / (a.dur_ns * 1e-9) / d.mem_bandwidth_Bps END AS estimate,
            o.overlap_ns = 0 AS alone
-    FROM _activities a JOIN _instance_overlap o USING (run_id, device_id, activity_id)
+    FROM _activity_rows a JOIN _instance_overlap o USING (run_id, device_id, activity_id)
+    LEFT JOIN _signatures n USING (sig)
     LEFT JOIN devices d ON d.run_id = a.run_id AND d.device_id = a.device_id
 ), rates AS (
     -- the median over isolated instances: a rate per instance, not a duration-weighted mean

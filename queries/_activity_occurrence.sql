@@ -12,7 +12,7 @@
 --   occurrence      BIGINT   launches of the same signature before it inside that range instance
 WITH launches AS (
     SELECT a.run_id, a.activity_id, a.sig, r.global_tid, r.start_ns AS t
-    FROM _activities a JOIN runtime_api r
+    FROM _activity_rows a JOIN runtime_api r
       ON r.run_id = a.run_id AND r.global_pid = a.global_pid AND r.correlation_id = a.correlation_id
 ), ranges AS (
     SELECT run_id, global_tid, start_ns, end_ns, text FROM nvtx WHERE event_type IN ('push_pop', 'start_end')

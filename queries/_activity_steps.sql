@@ -16,9 +16,9 @@
 --   sm_comm       HUGEINT  integral of min(SM count, SMs held by communication kernels), up to t (SM·ns)
 --   sm_compute    HUGEINT  integral of SMs held by non-communication kernels, up to t (SM·ns)
 WITH edges AS (
-    SELECT run_id, device_id, start_ns AS t, 1 AS sign, corunner_kind, sm_held FROM _activities
+    SELECT run_id, device_id, start_ns AS t, 1 AS sign, corunner_kind, sm_held FROM _activity_rows
     UNION ALL
-    SELECT run_id, device_id, end_ns AS t, -1 AS sign, corunner_kind, sm_held FROM _activities
+    SELECT run_id, device_id, end_ns AS t, -1 AS sign, corunner_kind, sm_held FROM _activity_rows
 ), deltas AS (
     SELECT run_id, device_id, t,
            sum(sign * (corunner_kind = 'comm')::INT) AS d_comm,

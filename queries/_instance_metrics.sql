@@ -15,7 +15,7 @@ WITH devices_sampled AS (
     SELECT DISTINCT run_id, device_id FROM _metric_samples
 ), inst AS (
     SELECT a.run_id, a.device_id, a.activity_id, a.start_ns, a.end_ns
-    FROM _activities a JOIN devices_sampled USING (run_id, device_id)
+    FROM _activity_rows a JOIN devices_sampled USING (run_id, device_id)
 ), at_start AS (
     SELECT i.*,
            m.cum_sm_active_pct AS v0_sm_active_pct, m.n_sm_active_pct AS c0_sm_active_pct,

@@ -26,7 +26,7 @@ SELECT a.run_id, a.device_id, a.activity_id,
        greatest(0, (e.sm_comm - s.sm_comm)
                    - CASE WHEN a.corunner_kind = 'comm' THEN a.sm_held * a.dur_ns ELSE 0 END)::BIGINT AS comm_sm_ns,
        d.sm_count
-FROM _activities a
+FROM _activity_rows a
 JOIN _activity_steps s ON s.run_id = a.run_id AND s.device_id = a.device_id AND s.t = a.start_ns
 JOIN _activity_steps e ON e.run_id = a.run_id AND e.device_id = a.device_id AND e.t = a.end_ns
 LEFT JOIN devices d ON d.run_id = a.run_id AND d.device_id = a.device_id

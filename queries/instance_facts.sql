@@ -53,33 +53,12 @@
 --   power_w             DOUBLE   NVML power sample at its midpoint (W; traceql collect --power)
 --   nvml_sm_clock_mhz   DOUBLE   NVML SM clock sample at its midpoint (MHz)
 --   throttle_reasons    BIGINT   NVML clock throttle reasons bitmask at its midpoint
-WITH facts AS (
-    SELECT a.run_id, a.device_id, a.activity_id, a.activity, a.kind, a.corunner_kind AS activity_class,
-           a.global_pid, a.correlation_id, a.stream_id, g.nvtx, a.name, a.short_name, a.grid, a.block,
-           a.dynamic_smem_bytes, a.bytes, a.ctas, a.threads_per_block, a.regs_per_thread, a.static_smem_bytes,
-           a.launch_occupancy, a.sig,
-           c.step_start_ns, c.step_text, c.occurrence, a.start_ns, a.end_ns, a.dur_ns, o.comm_overlap_ns, o.compute_overlap_ns,
-           o.copy_overlap_ns, o.overlap_ns,
-           CASE WHEN a.dur_ns > 0 THEN o.overlap_ns / a.dur_ns END AS overlap_fraction,
-           CASE WHEN a.dur_ns > 0 THEN o.comm_overlap_ns / a.dur_ns END AS comm_fraction,
-           CASE WHEN o.overlap_ns = 0 THEN NULL
-                WHEN o.comm_overlap_ns >= greatest(o.compute_overlap_ns, o.copy_overlap_ns) THEN 'comm'
-                WHEN o.compute_overlap_ns >= o.copy_overlap_ns THEN 'compute'
-                ELSE 'copy' END AS corunner_kind,
-           CASE WHEN o.overlap_ns > 0 THEN o.corunner_sm_ns::DOUBLE / o.overlap_ns END AS corunner_sms,
-           CASE WHEN a.dur_ns > 0 AND o.sm_count > 0
-                THEN least(1.0, o.corunner_sm_ns::DOUBLE / a.dur_ns / o.sm_count) END AS sm_share,
-           CASE WHEN a.dur_ns > 0 AND o.sm_count > 0
-                THEN least(1.0, o.comm_sm_ns::DOUBLE / a.dur_ns / o.sm_count) END AS comm_sm_share,
-           o.sm_count, m.samples, m.sm_active_pct, m.dram_pct, m.gpc_clock_mhz, m.nvlink_pct, m.pcie_pct,
-           a.dur_ns * m.gpc_clock_mhz / 1000 AS cycles, d.co_dram_pct, d.co_working_set_bytes,
-           (a.start_ns + a.end_ns) // 2 AS mid_ns
-    FROM _activities a
-    JOIN _instance_overlap o USING (run_id, device_id, activity_id)
-    LEFT JOIN _instance_metrics m USING (run_id, device_id, activity_id)
-    LEFT JOIN _corunner_dram d USING (run_id, device_id, activity_id)
-    LEFT JOIN _activity_occurrence c USING (run_id, activity_id)
-    LEFT JOIN _activity_groups g USING (run_id, activity_id)
-)
-SELECT f.* EXCLUDE (mid_ns), p.power_w, p.sm_clock_mhz AS nvml_sm_clock_mhz, p.throttle_reasons
-FROM facts f ASOF LEFT JOIN power p ON p.run_id = f.run_id AND p.device_id = f.device_id AND p.ts_ns <= f.mid_ns
+SELECT f.run_id, f.device_id, f.activity_id, f.activity, f.kind, f.activity_class, f.global_pid, f.correlation_id,
+       f.stream_id, f.nvtx, s.name, s.short_name, s.grid, s.block, f.dynamic_smem_bytes, f.bytes, f.ctas,
+       f.threads_per_block, f.regs_per_thread, f.static_smem_bytes, f.launch_occupancy, f.sig, f.step_start_ns,
+       f.step_text, f.occurrence, f.start_ns, f.end_ns, f.dur_ns, f.comm_overlap_ns, f.compute_overlap_ns,
+       f.copy_overlap_ns, f.overlap_ns, f.overlap_fraction, f.comm_fraction, f.corunner_kind, f.corunner_sms,
+       f.sm_share, f.comm_sm_share, f.sm_count, f.samples, f.sm_active_pct, f.dram_pct, f.gpc_clock_mhz,
+       f.nvlink_pct, f.pcie_pct, f.cycles, f.co_dram_pct, f.co_working_set_bytes, f.power_w, f.nvml_sm_clock_mhz,
+       f.throttle_reasons
+FROM _instance_facts f LEFT JOIN _signatures s USING (sig)

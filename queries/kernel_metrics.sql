@@ -13,5 +13,5 @@
 --   pcie_pct        DOUBLE   PCIe, busier direction (% of peak)
 SELECT a.run_id, a.device_id, a.global_pid, a.correlation_id, m.samples, m.sm_active_pct, m.dram_pct,
        m.gpc_clock_mhz, m.nvlink_pct, m.pcie_pct
-FROM _instance_metrics m JOIN _activities a USING (run_id, device_id, activity_id)
+FROM _instance_metrics m JOIN _activity_rows a USING (run_id, device_id, activity_id)
 WHERE a.activity = 'kernel' AND a.kind = 'compute'

@@ -9,10 +9,10 @@
 --   end_ns     BIGINT   segment end (ns)
 --   dur_ns     BIGINT   end_ns - start_ns (ns)
 WITH edges AS (
-    SELECT run_id, device_id, start_ns AS t, 1 AS sign, corunner_kind FROM _activities
+    SELECT run_id, device_id, start_ns AS t, 1 AS sign, corunner_kind FROM _activity_rows
     WHERE corunner_kind IN ('comm', 'compute')
     UNION ALL
-    SELECT run_id, device_id, end_ns AS t, -1 AS sign, corunner_kind FROM _activities
+    SELECT run_id, device_id, end_ns AS t, -1 AS sign, corunner_kind FROM _activity_rows
     WHERE corunner_kind IN ('comm', 'compute')
 ), deltas AS (
     SELECT run_id, device_id, t, sum(sign * (corunner_kind = 'comm')::INT) AS d_comm,

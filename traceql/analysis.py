@@ -17,9 +17,9 @@ from . import baselines, engine
 from .queries_loader import materialize
 
 # computed once, upstream first: each is read by several views downstream; the engine's stages replace theirs
-UPSTREAM = ("_activities", "_instance_overlap", "_instance_metrics", "_activity_dram", "_corunner_dram",
-            "_activity_occurrence", "instance_facts")
-# the reference SQL of the engine's stages, computed once when prepare(engine="sql")
+UPSTREAM = ("_activity_rows", "_signatures", "_instance_overlap", "_instance_metrics", "_activity_dram",
+            "_corunner_dram", "_activity_occurrence", "_instance_facts")
+# the reference SQL of the engine's stages, computed once when prepare(sweeps="sql")
 SQL_STAGES = {"_instance_overlap": ("_activity_steps", "_instance_overlap", "_device_unions"),
               "_instance_metrics": ("_metric_samples", "_instance_metrics")}
 DOWNSTREAM = ("_device_calibration", "kernel_signatures", "instance_predictions", "kernel_attribution",
@@ -31,7 +31,7 @@ NVTX_GROUPS_SQL = """
 CREATE OR REPLACE VIEW _activity_groups AS
 WITH launches AS (
     SELECT a.run_id, a.activity_id, r.global_tid, r.start_ns AS t
-    FROM _activities a JOIN runtime_api r
+    FROM _activity_rows a JOIN runtime_api r
       ON r.run_id = a.run_id AND r.global_pid = a.global_pid AND r.correlation_id = a.correlation_id
 ), ranges AS (
     SELECT n.run_id, n.global_tid, n.start_ns, n.end_ns, n.text

@@ -108,7 +108,7 @@ def compute(con: duckdb.DuckDBPyConnection, external: External | None = None,
     The baseline pool of an instance is its signature on its device (split into duration modes where it is a
     mixture); NVTX groups, when asked for, divide the overlapped instances of a pool into rows, never the pool.
     """
-    facts = con.sql(f"SELECT {FACT_COLUMNS} FROM instance_facts "
+    facts = con.sql(f"SELECT {FACT_COLUMNS} FROM _instance_facts "
                     "ORDER BY run_id, device_id, sig, start_ns, activity_id").fetchnumpy()
     n = len(facts["activity_id"])
     inst = {"run_id": facts["run_id"], "activity_id": np.asarray(facts["activity_id"], dtype=np.int64),

@@ -77,7 +77,7 @@ def _overlaps(con: duckdb.DuckDBPyConnection) -> None:
     sm_counts = dict(((r, d), s) for r, d, s in con.sql("SELECT run_id, device_id, sm_count FROM devices").fetchall())
     sql = """SELECT activity_id, start_ns, end_ns, sm_held,
                     CASE corunner_kind WHEN 'comm' THEN 0 WHEN 'compute' THEN 1 ELSE 2 END::TINYINT AS cls
-             FROM _activities WHERE run_id = $1 AND device_id = $2"""
+             FROM _activity_rows WHERE run_id = $1 AND device_id = $2"""
     unions: dict[tuple[str, int], pa.Table] = {}
 
     def work(key, a):
@@ -91,7 +91,7 @@ def _overlaps(con: duckdb.DuckDBPyConnection) -> None:
                          mask=np.full(n, sm_count is None))]
         return pa.table([*_run_col(key, n), *cols], names=OVERLAP_SCHEMA.names)
 
-    keys = _groups(con, "_activities")
+    keys = _groups(con, "_activity_rows")
     _publish(con, "_instance_overlap", list(_map(lambda k: _fetch(con, sql, k), work, keys)), OVERLAP_SCHEMA)
     _publish(con, "_device_unions", [unions[k] for k in keys], UNIONS_SCHEMA)
 
@@ -103,7 +103,7 @@ METRICS_SCHEMA = pa.schema([("run_id", pa.string()), ("device_id", pa.int32()), 
 def _metrics(con: duckdb.DuckDBPyConnection) -> None:
     samples_sql = f"""SELECT ts_ns, {', '.join(f'{m}::DOUBLE AS {m}' for m in METRICS)}
                       FROM _metric_wide WHERE run_id = $1 AND device_id = $2 ORDER BY ts_ns"""
-    acts_sql = "SELECT activity_id, start_ns, end_ns FROM _activities WHERE run_id = $1 AND device_id = $2"
+    acts_sql = "SELECT activity_id, start_ns, end_ns FROM _activity_rows WHERE run_id = $1 AND device_id = $2"
     materialize(con, ("_metric_wide",))  # read once per device below
 
     def fetch(key):
@@ -122,7 +122,7 @@ def _metrics(con: duckdb.DuckDBPyConnection) -> None:
                 *(pa.array(means[m], from_pandas=True) for m in METRICS)]
         return pa.table([*_run_col(key, n), *cols], names=METRICS_SCHEMA.names)
 
-    keys = [k for k in _groups(con, "_metric_wide") if k in set(_groups(con, "_activities"))]
+    keys = [k for k in _groups(con, "_metric_wide") if k in set(_groups(con, "_activity_rows"))]
     _publish(con, "_instance_metrics", list(_map(fetch, work, keys)), METRICS_SCHEMA)
 
 
