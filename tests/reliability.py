@@ -17,6 +17,7 @@ import hashlib
 import io
 import json
 import os
+import stat
 import sys
 import traceback
 from collections.abc import Callable
@@ -206,8 +207,9 @@ def check(c: Case, run: Run) -> list[str]:
             problems.append(f"{path} changed")
         folder = path if path.is_dir() else path.parent
         if folder.is_dir():
-            problems += [f"leftover {p}" for pattern in TEMP_GLOBS for p in folder.glob(pattern)
-                         if p.name not in ("export.sqlite.tmp",)]
+            problems += [f"leftover {p}" for pattern in TEMP_GLOBS for p in folder.glob(pattern)]
+    if not stat.S_ISCHR(os.stat("/dev/full").st_mode):  # a rename or a delete must never reach a device
+        problems.append("/dev/full is no longer a device")
     if problems:
         problems.append(f"stderr: {err[-1500:]}")
     return problems

@@ -1007,3 +1007,332 @@ def _full_new_store(env):
     out = env.path("out")
     return env.child(["ingest", env.inputs["contention"], "-o", out], named=out, watch=[out, env.tmp],
                      preexec=_file_size_limit(100_000))
+
+
+# -- sql: run stores that are not what they should be -----------------------------------------------------------------
+
+def _sql(env, store: Path, query: str = "SELECT count(*) FROM kernels", *extra, named=None, watch=None) -> Run:
+    return env.cli("sql", store, query, *extra, named=named if named is not None else store,
+                   watch=watch if watch is not None else [store])
+
+
+def _run_file(store: Path, table: str) -> Path:
+    (run_id,) = json.loads(_manifest(store).read_text())["runs"]
+    return store / "runs" / run_id / f"{table}.parquet"
+
+
+@case("sql", "a folder that is not a run store", words="traceql ingest")
+def _sql_plain_folder(env):
+    d = env.path("plain")
+    d.mkdir()
+    (d / "notes.txt").write_text("hi")
+    return _sql(env, d)
+
+
+@case("sql", "a run store that does not exist", words="traceql ingest")
+def _sql_missing(env):
+    return _sql(env, env.path("nowhere"), watch=[env.tmp])
+
+
+@case("sql", "a regular file given as the run store", words="traceql ingest")
+def _sql_file_as_store(env):
+    return _sql(env, written(env, "notes.txt", b"hello"))
+
+
+@case("sql", "the manifest itself given as the run store", words="traceql ingest")
+def _sql_manifest_as_store(env):
+    s = _store_copy(env)
+    return _sql(env, _manifest(s), watch=[s])
+
+
+@case("sql", "a manifest that is not JSON", words=("manifest", "re-ingest"))
+def _sql_manifest_garbage(env):
+    s = _store_copy(env)
+    _manifest(s).write_text("{oops")
+    return _sql(env, s, named=_manifest(s))
+
+
+@case("sql", "a manifest that is a JSON list", words="not a traceql manifest")
+def _sql_manifest_list(env):
+    s = _store_copy(env)
+    _manifest(s).write_text("[1, 2]")
+    return _sql(env, s, named=_manifest(s))
+
+
+@case("sql", "a manifest of another format", words="not a traceql manifest")
+def _sql_manifest_format(env):
+    s = _store_copy(env)
+    _manifest(s).write_text(json.dumps({"format": "other", "schema_version": 1, "runs": {}}))
+    return _sql(env, s, named=_manifest(s))
+
+
+@case("sql", "a run store of a future schema version", words=("schema version 99", "traceql"))
+def _sql_future_store(env):
+    s = _store_copy(env)
+    m = json.loads(_manifest(s).read_text())
+    m["schema_version"] = 99
+    _manifest(s).write_text(json.dumps(m))
+    return _sql(env, s, named=_manifest(s))
+
+
+@case("sql", "a manifest whose runs are not a mapping", words=("manifest", "re-ingest"))
+def _sql_manifest_runs_list(env):
+    s = _store_copy(env)
+    m = json.loads(_manifest(s).read_text())
+    m["runs"] = [1]
+    _manifest(s).write_text(json.dumps(m))
+    return _sql(env, s, named=_manifest(s))
+
+
+@case("sql", "a run listed in the manifest whose folder is gone", words="re-ingest")
+def _sql_run_folder_missing(env):
+    s = _store_copy(env)
+    f = _run_file(s, "kernels")
+    shutil.rmtree(f.parent)
+    return _sql(env, s, named=f.parent)
+
+
+@case("sql", "a table file of a run deleted", words="re-ingest")
+def _sql_table_missing(env):
+    s = _store_copy(env)
+    f = _run_file(s, "kernels")
+    f.unlink()
+    return _sql(env, s, named=f)
+
+
+def _damaged_table(env, how: str, table: str = "kernels") -> Run:
+    s = _store_copy(env)
+    f = _run_file(s, table)
+    data = f.read_bytes()
+    if how == "garbage":
+        f.write_bytes(RANDOM)
+    elif how == "truncated":
+        f.write_bytes(data[: len(data) // 2])
+    elif how == "empty":
+        f.write_bytes(b"")
+    elif how == "future":
+        t = pq.read_table(f)
+        pq.write_table(t.replace_schema_metadata({**t.schema.metadata, b"traceql.schema_version": b"99"}), f)
+    elif how == "foreign":
+        t = pq.read_table(f)
+        pq.write_table(t.replace_schema_metadata({}), f)
+    elif how == "other_table":
+        shutil.copy(_run_file(s, "nvtx"), f)
+    elif how == "wrong_types":
+        t = pq.read_table(f)
+        i = t.column_names.index("start_ns")
+        t = t.set_column(i, "start_ns", pa.array([str(v) for v in t["start_ns"].to_pylist()]))
+        pq.write_table(t, f)
+    elif how == "missing_column":
+        t = pq.read_table(f)
+        pq.write_table(t.drop(["end_ns"]), f)
+    return _sql(env, s, f"SELECT count(*) FROM {table}", named=f)
+
+
+@case("sql", "a table file of garbage bytes", words="re-run `traceql ingest`")
+def _sql_table_garbage(env):
+    return _damaged_table(env, "garbage")
+
+
+@case("sql", "a table file cut in half", words="re-run `traceql ingest`")
+def _sql_table_truncated(env):
+    return _damaged_table(env, "truncated")
+
+
+@case("sql", "a table file of zero bytes", words="re-run `traceql ingest`")
+def _sql_table_empty(env):
+    return _damaged_table(env, "empty")
+
+
+@case("sql", "a table file of a future schema version", words=("schema version 99", "re-ingest"))
+def _sql_table_future(env):
+    return _damaged_table(env, "future")
+
+
+@case("sql", "a Parquet file not written by traceql in place of a table", words=("not written by traceql", "re-ingest"))
+def _sql_table_foreign(env):
+    return _damaged_table(env, "foreign")
+
+
+@case("sql", "the file of another table in place of the kernels file", words=("holds table nvtx", "re-ingest"))
+def _sql_table_swapped(env):
+    return _damaged_table(env, "other_table")
+
+
+@case("sql", "a table file whose times are text", words=("start_ns", "re-ingest"))
+def _sql_table_wrong_types(env):
+    return _damaged_table(env, "wrong_types")
+
+
+@case("sql", "a table file without one of its columns", words=("end_ns", "re-ingest"))
+def _sql_table_missing_column(env):
+    return _damaged_table(env, "missing_column")
+
+
+@case("sql", "a GPU metrics file of garbage bytes", words="re-run `traceql ingest`")
+def _sql_metrics_garbage(env):
+    return _damaged_table(env, "garbage", "gpu_metrics")
+
+
+# -- sql: queries ----------------------------------------------------------------------------------------------------
+
+def _query(env, query: str, *extra, named=None) -> Run:
+    s = env.inputs["store"]
+    return env.cli("sql", s, query, *extra, named=named or [], watch=[s, env.tmp])
+
+
+@case("sql", "a query with a syntax error", words=("query failed", "syntax error"))
+def _sql_syntax(env):
+    return _query(env, "SELEC count(*) FROM kernels", named="SELEC")
+
+
+@case("sql", "a query of a table that does not exist", words="query failed")
+def _sql_unknown_table(env):
+    return _query(env, "SELECT * FROM kernelz", named="kernelz")
+
+
+@case("sql", "a query of a column that does not exist", words="query failed")
+def _sql_unknown_column(env):
+    return _query(env, "SELECT duration FROM kernels", named="duration")
+
+
+@case("sql", "a query that mixes types", words="query failed")
+def _sql_type_error(env):
+    return _query(env, "SELECT name + 1 FROM kernels", named="+")
+
+
+@case("sql", "a query with a parameter and no value for it", words="query failed")
+def _sql_unbound_parameter(env):
+    return _query(env, "SELECT * FROM kernels WHERE device_id = $device", named="device")
+
+
+@case("sql", "a query that is only a comment", words="give a query")
+def _sql_only_comment(env):
+    s = env.inputs["store"]
+    return env.cli("sql", s, "--query=-- nothing to run", named="no SQL statement", watch=[s])
+
+
+@case("sql", "no query", words="give a query")
+def _sql_no_query(env):
+    s = env.inputs["store"]
+    return env.cli("sql", s, named="traceql sql", watch=[s])
+
+
+@case("sql", "COPY over a table file of the store", words=("query refused", "--allow-files"))
+def _sql_copy_over_store(env):
+    s = _store_copy(env)
+    f = _run_file(s, "kernels")
+    return _sql(env, s, f"COPY (SELECT 1 AS a) TO '{f}' (FORMAT parquet, USE_TMP_FILE false)", named=f)
+
+
+@case("sql", "COPY into a new file", words=("query refused", "--allow-files"))
+def _sql_copy_out(env):
+    return _query(env, f"COPY (SELECT 1) TO '{env.path('out.csv')}'", named=env.path("out.csv"))
+
+
+@case("sql", "read_text of a file outside the store", words=("query refused", "--allow-files"))
+def _sql_read_text(env):
+    return _query(env, "SELECT * FROM read_text('/etc/passwd')", named="/etc/passwd")
+
+
+@case("sql", "read_csv of a file outside the store", words=("query refused", "--allow-files"))
+def _sql_read_csv(env):
+    return _query(env, "SELECT * FROM read_csv('/etc/passwd', sep=':')", named="/etc/passwd")
+
+
+@case("sql", "read_parquet of a store file by path", words=("query refused", "--allow-files"))
+def _sql_read_parquet(env):
+    f = _run_file(env.inputs["store"], "kernels")
+    return _query(env, f"SELECT count(*) FROM read_parquet('{f}')", named=f)
+
+
+@case("sql", "glob over the file system", words=("query refused", "--allow-files"))
+def _sql_glob(env):
+    return _query(env, "SELECT * FROM glob('/etc/*')", named="/etc/*")
+
+
+@case("sql", "ATTACH of another database", words=("query refused", "--allow-files"))
+def _sql_attach(env):
+    return _query(env, f"ATTACH '{env.path('x.duckdb')}' AS x", named=env.path("x.duckdb"))
+
+
+@case("sql", "INSTALL of an extension", words=("query refused", "--allow-files"))
+def _sql_install(env):
+    return _query(env, "INSTALL httpfs", named="extensions")
+
+
+@case("sql", "SET that turns file access back on", words=("query failed", "locked"))
+def _sql_set_access(env):
+    return _query(env, "SET enable_external_access = true", named="enable_external_access")
+
+
+@case("sql", "an unknown --format", words="'table', 'csv', 'json', 'parquet'")
+def _sql_bad_format(env):
+    return _query(env, "SELECT 1", "--format", "xml", named="xml")
+
+
+@case("sql", "--format parquet without -o", words="-o FILE")
+def _sql_parquet_stdout(env):
+    return _query(env, "SELECT 1", "--format", "parquet", named="--format parquet")
+
+
+# -- sql: outputs ----------------------------------------------------------------------------------------------------
+
+def _sql_out(env, out: Path, *extra, watch=None) -> Run:
+    s = env.inputs["store"]
+    return env.cli("sql", s, "SELECT * FROM kernels", "-o", out, *extra, named=out, watch=watch or [out, env.tmp])
+
+
+@case("sql", "-o names a folder", words=("is a folder", "give a file name"))
+def _sql_out_folder(env):
+    d = env.path("results")
+    d.mkdir()
+    return _sql_out(env, d, "--format", "csv")
+
+
+@case("sql", "-o below a regular file", words="cannot write here")
+def _sql_out_under_file(env):
+    f = written(env, "notes.txt", b"x")
+    return _sql_out(env, f / "out.csv", "--format", "csv", watch=[f, env.tmp])
+
+
+@case("sql", "-o in a folder that does not exist", words="cannot write here")
+def _sql_out_missing_folder(env):
+    return _sql_out(env, env.path("no/such/folder/out.csv"), "--format", "csv")
+
+
+@case("sql", "-o on a read-only file system (/sys)", words="cannot write here")
+def _sql_out_read_only(env):
+    return _sql_out(env, Path("/sys/traceql.csv"), "--format", "csv", watch=[env.tmp])
+
+
+@case("sql", "-o a full device (/dev/full), CSV", words=("cannot write here", "free space"))
+def _sql_out_dev_full(env):
+    return _sql_out(env, Path("/dev/full"), "--format", "csv", watch=[env.tmp])
+
+
+@case("sql", "-o a full device (/dev/full), Parquet", words=("cannot write here", "free space"))
+def _sql_out_dev_full_parquet(env):
+    return _sql_out(env, Path("/dev/full"), "--format", "parquet", watch=[env.tmp])
+
+
+@case("sql", "the disk fills while the result is written", words=("cannot write here", "ulimit"))
+def _sql_out_file_limit(env):
+    s = env.inputs["store"]
+    out = env.path("all.json")
+    return env.child(["sql", s, "SELECT * FROM gpu_metrics", "--format", "json", "-o", out], named=out,
+                     watch=[env.tmp], preexec=_file_size_limit(100_000))
+
+
+@case("sql", "Ctrl-C during a long query: exit 130, no output file", expect=130, words="interrupted")
+def _sql_ctrl_c(env):
+    s = env.inputs["store"]
+    out = env.path("out.csv")
+    slow = ("SELECT count(*) FROM kernels a, kernels b, kernels c, kernels d "
+            "WHERE a.start_ns + b.start_ns > c.start_ns + d.start_ns")
+
+    def interrupt(proc):
+        time.sleep(4)
+        proc.send_signal(signal.SIGINT)
+
+    return env.child(["sql", s, slow, "--format", "csv", "-o", out], watch=[env.tmp], run=interrupt)

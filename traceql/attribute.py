@@ -28,7 +28,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from . import analysis, store
+from . import analysis, output, store
 from .baselines import External
 from .errors import BadInputError, MissingInputError, TraceqlError, UsageError
 from .executor import Executor
@@ -76,10 +76,16 @@ class Attribution:
         import pyarrow.parquet as pq
 
         out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "attribution.json").write_text(json.dumps(self.to_json(), indent=1, default=str))
-        pq.write_table(self.kernels, out / "kernels.parquet")
-        pq.write_table(self.summary, out / "summary.parquet")
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise output.unwritable(out, exc) from exc
+        text = json.dumps(self.to_json(), indent=1, default=str)
+        with output.replacing(out / "attribution.json") as tmp:  # each file whole, or as it was
+            tmp.write_text(text)
+        for name, table in (("kernels", self.kernels), ("summary", self.summary)):
+            with output.replacing(out / f"{name}.parquet") as tmp:
+                pq.write_table(table, tmp)
 
 
 def _num(v):

@@ -23,7 +23,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from . import __version__, schema, screen, store
+from . import __version__, output, schema, screen, store
 from .errors import BadInputError, MissingInputError, TraceqlError, UsageError
 from .executor import Executor, run_units
 from .executor import parse as parse_executor
@@ -86,7 +86,7 @@ def decompress(path: Path, dest: Path) -> Path:
         try:
             dst = dest.open("wb")
         except OSError as exc:
-            raise store.unwritable(dest.parent.parent, exc) from exc
+            raise output.unwritable(dest.parent.parent, exc) from exc
         with dst:
             while True:
                 try:
@@ -99,7 +99,7 @@ def decompress(path: Path, dest: Path) -> Path:
                 try:
                     dst.write(chunk)
                 except OSError as exc:  # the run directory's disk, not the input
-                    raise store.unwritable(dest.parent.parent, exc) from exc
+                    raise output.unwritable(dest.parent.parent, exc) from exc
     return dest
 
 
@@ -161,9 +161,9 @@ def ingest_one(trace: str | Path, out: str | Path, *, require_kernels: bool = Tr
             export.unlink()
         info.already = not store.publish_run(out, tmp, info.run_id, info.manifest_entry(), index=index)
     except OSError as exc:  # the run directory's disk (reading a damaged input is bad input already)
-        if exc.errno not in store.NO_ROOM:
+        if exc.errno not in output.NO_ROOM:
             raise
-        raise store.unwritable(out, exc) from exc
+        raise output.unwritable(out, exc) from exc
     finally:
         store.discard(tmp, created)
     return info

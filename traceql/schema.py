@@ -138,18 +138,38 @@ def write(table: str, data: pa.Table, path: Path) -> None:
         w.write_table(conform(table, data).replace_schema_metadata(metadata(table)))
 
 
-def check_file(path: Path) -> str:
-    """Return the table name stored in a traceql Parquet file; refuse unknown schema versions."""
+# columns added to a table after files of it were written: a file without one reads it as NULL
+ADDED_LATER = {"runs": {"repairs"}}
+
+
+def check_file(path: Path, table: str | None = None) -> str:
+    """Return the table name stored in a traceql Parquet file; refuse unknown schema versions, and with ``table`` a
+    file of another table or whose columns are not the declared ones (footers only: cheap)."""
     try:
-        meta = pq.read_schema(path).metadata or {}
+        stored = pq.read_schema(path)
     except Exception as exc:  # pyarrow raises several types for a damaged file
-        raise BadInputError(f"{path}: not a readable Parquet file ({exc}); re-run `traceql ingest`") from exc
+        raise BadInputError(f"{path}: not a readable Parquet file ({exc}); re-run `traceql ingest` on its trace") \
+            from exc
+    meta = stored.metadata or {}
     version = meta.get(META_VERSION)
     if version is None:
-        raise BadInputError(f"{path}: not written by traceql (no {META_VERSION.decode()} metadata)")
+        raise BadInputError(f"{path}: not written by traceql (no {META_VERSION.decode()} metadata); re-ingest the "
+                            "trace it came from")
     if version != str(SCHEMA_VERSION).encode():
         raise SchemaVersionError(
             f"{path}: run store schema version {version.decode()} is not supported by this traceql "
             f"(knows {SCHEMA_VERSION}); re-ingest the trace or upgrade traceql"
         )
-    return meta.get(META_TABLE, b"").decode()
+    name = meta.get(META_TABLE, b"").decode()
+    if table is not None:
+        if name != table:
+            raise BadInputError(f"{path}: holds table {name or '(none)'}, not {table}; re-ingest the trace")
+        for field in TABLES[table]:
+            if field.name not in stored.names:
+                if field.name in ADDED_LATER.get(table, ()):
+                    continue
+                raise BadInputError(f"{path}: lacks column {field.name}; re-ingest the trace")
+            got = stored.field(field.name).type
+            if not got.equals(field.type) and not (pa.types.is_dictionary(got) and got.value_type.equals(field.type)):
+                raise BadInputError(f"{path}: column {field.name} is {got}, not {field.type}; re-ingest the trace")
+    return name

@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 
 from .analysis import needs_prepare, prepare
 from .errors import BadInputError, Interrupted, UsageError
+from .output import check_target, replacing
 from .queries_loader import query_files
 from .store import connect, lock_files
 
@@ -34,6 +35,12 @@ def query(run_dirs: list[Path], sql: str, *, allow_files: bool = False) -> pa.Ta
     is read, written or listed (see :func:`traceql.store.lock_files`). Ctrl-C stops the work within moments
     (:class:`traceql.errors.Interrupted` is raised once DuckDB has stopped).
     """
+    try:
+        statements = duckdb.extract_statements(sql)
+    except duckdb.Error as exc:
+        raise BadInputError(f"query failed: {exc}") from exc
+    if not statements:
+        raise UsageError(f"no SQL statement in {sql!r}: give a query, e.g. traceql sql RUN_DIR \"SELECT ...\"")
     cons: list[duckdb.DuckDBPyConnection] = []
 
     def work() -> pa.Table:
@@ -45,7 +52,8 @@ def query(run_dirs: list[Path], sql: str, *, allow_files: bool = False) -> pa.Ta
                 prepare(con)
             if not allow_files:
                 lock_files(con)
-            return con.sql(sql).to_arrow_table()
+            result = con.sql(sql)
+            return pa.table({}) if result is None else result.to_arrow_table()  # SET, CREATE...: no rows
         except duckdb.PermissionException as exc:
             raise BadInputError(f"query refused: {exc}; SQL reads the run store's tables and views only (give "
                                 "--allow-files to let it read and write files)") from exc
@@ -101,9 +109,12 @@ def run_sql(run_dirs: list[Path], sql: str, fmt: str, output: Path | None, stdou
         raise UsageError(f"--format {fmt!r}: choose one of {', '.join(FORMATS)}")
     if fmt == "parquet" and output is None:
         raise UsageError("--format parquet needs -o FILE")
+    if output is not None:
+        check_target(output)
     result = query(run_dirs, sql, allow_files=allow_files)
     if fmt == "parquet":
-        pq.write_table(result, output)
+        with replacing(output) as tmp:
+            pq.write_table(result, tmp)
         return
     if fmt == "csv":
         sink = pa.BufferOutputStream()
@@ -114,7 +125,8 @@ def run_sql(run_dirs: list[Path], sql: str, fmt: str, output: Path | None, stdou
     else:
         text = render_table(result)
     if output:
-        output.write_text(text)
+        with replacing(output) as tmp:
+            tmp.write_text(text)
     else:
         stdout.write(text)
 

@@ -17,7 +17,6 @@ into the same directory; one of another host only when nothing in it changed for
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
 import json
 import os
@@ -33,6 +32,7 @@ import duckdb
 
 from . import schema
 from .errors import BadInputError, MissingInputError, SchemaVersionError
+from .output import unwritable
 
 MANIFEST = "manifest.json"
 RUN_INFO = "run.json"
@@ -174,20 +174,6 @@ def staging_dir(root: Path) -> Path:
         raise unwritable(root, exc) from exc
 
 
-NO_ROOM = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS)  # a write failed for want of room or rights
-
-
-def unwritable(path: Path, exc: OSError) -> BadInputError:
-    """An output that cannot be written (not a folder, read-only, full): bad input naming it and the next step."""
-    why = exc.strerror or str(exc)
-    hint = {errno.ENOSPC: "free space on its file system or write elsewhere",
-            errno.EFBIG: "the file exceeds the size limit of this process (ulimit -f): raise it or write elsewhere",
-            errno.EDQUOT: "free space in your quota or write elsewhere",
-            errno.EROFS: "the file system is read-only: write elsewhere"}.get(exc.errno,
-                                                                              "give a path you can write to")
-    return BadInputError(f"{path}: cannot write here ({why}); {hint}")
-
-
 def discard(staged: Path, created: Path | None = None) -> None:
     """Remove a staging folder whatever became of its run, and ``created`` (a run directory the same ingest made) when
     nothing was published into it: a failed ingest leaves no trace."""
@@ -311,7 +297,7 @@ def connect(run_dirs: Sequence[str | Path] | str | Path, con: duckdb.DuckDBPyCon
     con.execute("CREATE OR REPLACE TEMP TABLE _store_files (table_name VARCHAR, path VARCHAR)")
     for table, paths in files.items():
         for p in paths:  # every file: one of another schema version must not be read silently (footers only)
-            schema.check_file(p)
+            schema.check_file(p, table)
         if paths:  # what lock_files() keeps readable
             con.executemany("INSERT INTO _store_files VALUES (?, ?)", [(table, str(p)) for p in paths])
         if paths:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from .. import __version__, schema, store
+from .. import __version__, output, schema, store
 from ..errors import BadInputError, MissingInputError
 from ..ingest import DECOMPRESSORS, RunInfo, decompress, sha256_of
 from .derive import derive
@@ -64,9 +64,9 @@ def ingest_ncu_report(trace: str | Path, out: str | Path, *, labels: dict[str, s
         _write_run(report, trace, run_id, digest, labels or {}, tmp, info)
         info.already = not store.publish_run(out, tmp, run_id, info.manifest_entry(), index=index)
     except OSError as exc:  # the run directory's disk
-        if exc.errno not in store.NO_ROOM:
+        if exc.errno not in output.NO_ROOM:
             raise
-        raise store.unwritable(out, exc) from exc
+        raise output.unwritable(out, exc) from exc
     finally:
         store.discard(tmp, created)
     return info

@@ -1,0 +1,89 @@
+"""Writing what a command produces (a result file, a report page, attribution files) whole or not at all.
+
+:func:`replacing` hands out a temporary file beside the target and renames it over the target only once it is
+complete, so a reader never sees half a file and a failure (a full disk, Ctrl-C) leaves the target as it was and
+no temporary file behind. A device or a pipe (``/dev/stdout``) is written in place, from a temporary file made
+elsewhere: it cannot be replaced and must not be (a rename over ``/dev/full`` would replace the device, and pyarrow
+deletes a path it failed to write). Every failure to write is bad input naming the
+path and the next step (:func:`unwritable`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from .errors import BadInputError
+
+NO_ROOM = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS)  # a write failed for want of room or rights
+
+
+def unwritable(path: Path, exc: OSError) -> BadInputError:
+    """An output that cannot be written (not a folder, read-only, full): bad input naming it and the next step."""
+    why = exc.strerror or str(exc)
+    hint = {errno.ENOSPC: "free space on its file system or write elsewhere",
+            errno.EFBIG: "the file exceeds the size limit of this process (ulimit -f): raise it or write elsewhere",
+            errno.EDQUOT: "free space in your quota or write elsewhere",
+            errno.EROFS: "the file system is read-only: write elsewhere"}.get(exc.errno,
+                                                                              "give a path you can write to")
+    return BadInputError(f"{path}: cannot write here ({why}); {hint}")
+
+
+def check_target(path: str | Path) -> None:
+    """Refuse, before any work, an output that names a folder."""
+    if Path(path).is_dir():
+        raise BadInputError(f"{path}: is a folder; give a file name to write to")
+
+
+@contextlib.contextmanager
+def replacing(path: str | Path) -> Iterator[Path]:
+    """The path to write ``path``'s new content to; on leaving the block without an error it becomes ``path``."""
+    path = Path(path)
+    check_target(path)
+    if path.exists() and not path.is_file():  # a device, a pipe: written in place, from a file made elsewhere
+        yield from _through_temp(path)  # (a writer given the path itself may delete it after an error: pyarrow does)
+        return
+    try:
+        fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        os.close(fd)
+    except OSError as exc:
+        raise unwritable(path, exc) from exc
+    tmp = Path(name)
+    try:
+        yield tmp
+        tmp.chmod(0o666 & ~_umask())  # mkstemp makes 0600; the result gets the mode a new file would
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise unwritable(path, exc) from exc
+    finally:
+        with contextlib.suppress(OSError):  # gone already once renamed
+            tmp.unlink()
+
+
+def _through_temp(path: Path) -> Iterator[Path]:
+    try:
+        fd, name = tempfile.mkstemp(prefix="traceql-out-")
+        os.close(fd)
+    except OSError as exc:
+        raise unwritable(Path(tempfile.gettempdir()), exc) from exc
+    tmp = Path(name)
+    try:
+        yield tmp
+        with tmp.open("rb") as src, path.open("wb") as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+    except OSError as exc:
+        raise unwritable(path, exc) from exc
+    finally:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
