@@ -20,6 +20,7 @@ import pyarrow as pa
 from .. import store
 from ..errors import BadInputError, TraceqlError, UsageError
 from ..ncu.ingest import FORMAT as NCU_FORMAT
+from ..output import check_target, replacing, unwritable
 from . import recipe as recipes
 from .recipe import Recipe, Section
 
@@ -63,12 +64,13 @@ class Report:
 
     def write(self, out: str | Path) -> Path:
         out = Path(out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile("w", dir=out.parent, prefix=f".{out.name}.", suffix=".tmp", delete=False,
-                                         encoding="utf-8") as tmp:
-            tmp.write(self.html())
-        Path(tmp.name).chmod(0o644)
-        Path(tmp.name).replace(out)  # atomic: a reader never sees half a page
+        try:
+            out.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise unwritable(out.parent, exc) from exc
+        page = self.html()
+        with replacing(out) as tmp:  # atomic: a reader never sees half a page
+            tmp.write_text(page, encoding="utf-8")
         return out
 
 
@@ -92,6 +94,8 @@ def report(inputs: Sequence[str | Path] | str | Path, out: str | Path | None = N
     if on_error not in ON_ERROR:
         raise UsageError(f"on_error {on_error!r}: choose raise or skip")
     rec = recipe if isinstance(recipe, Recipe) else recipes.load_kind(recipe, "runs")
+    if out is not None:
+        check_target(out)
     started = time.perf_counter()
     tmp = None
     if workdir is None and any(not store.is_store(p) for p in inputs):
