@@ -224,7 +224,9 @@ def collect(cmd: list[str], out: str | Path = "traceql-runs", *, name: str | Non
     sampler = None
     power_file = reports / f"{name}.power.parquet"
     if power:
-        sampler = subprocess.Popen([sys.executable, "-m", "traceql.power", str(power_file)], start_new_session=True)
+        # --parent: the sampler ends itself if this process is killed before it can stop it
+        sampler = subprocess.Popen([sys.executable, "-m", "traceql.power", str(power_file),
+                                    "--parent", str(os.getpid())], start_new_session=True)
     try:
         outcome = proctree.run(full, timeout, log)
     finally:

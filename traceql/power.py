@@ -14,6 +14,7 @@ from (``queries/range_energy.sql``), so its reading is the one that needs an exa
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import time
@@ -69,8 +70,10 @@ class NvmlReader:
 
 def sample(out: Path, interval_ms: float = 15.0, max_s: float | None = None, *, reader: Reader | None = None,
            clock: Callable[[], int] = time.monotonic_ns, sleep: Callable[[float], None] = time.sleep,
-           wall: Callable[[], int] = time.time_ns, stop: Callable[[], bool] | None = None) -> int:
-    """Sample every ``interval_ms`` until SIGTERM/SIGINT, ``max_s`` or ``stop()``; write ``out``; return the rows.
+           wall: Callable[[], int] = time.time_ns, stop: Callable[[], bool] | None = None,
+           parent: int | None = None) -> int:
+    """Sample every ``interval_ms`` until SIGTERM/SIGINT, ``max_s``, ``stop()`` or (without ``stop``) the end of the
+    process that started it (``parent``, by default the parent process); write ``out``; return the rows.
 
     ``reader``, ``clock``, ``sleep``, ``wall`` and ``stop`` are for tests (a fake NVML and a fake clock).
     """
@@ -86,6 +89,10 @@ def sample(out: Path, interval_ms: float = 15.0, max_s: float | None = None, *, 
     if stop is None:
         signal.signal(signal.SIGTERM, _stop)
         signal.signal(signal.SIGINT, _stop)
+        parent = parent or os.getppid()
+
+        def stop() -> bool:  # the process that started the sampler is gone (killed before it could stop it)
+            return os.getppid() != parent
     start = clock()
     end = None if max_s is None else start + int(max_s * 1e9)
     tick, skipped = 0, 0
@@ -130,6 +137,7 @@ _TYPES = {"uuid": pa.string(), "epoch_ns": pa.int64(), "power_w": pa.float64(), 
           "throttle_reasons": pa.int64(), "power_limit_w": pa.float64(), "read_ns": pa.int64()}
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # python -m traceql.power OUT.parquet [--interval-ms MS] [--parent PID]
     interval = float(sys.argv[sys.argv.index("--interval-ms") + 1]) if "--interval-ms" in sys.argv else 15.0
-    sample(Path(sys.argv[1]), interval)
+    starter = int(sys.argv[sys.argv.index("--parent") + 1]) if "--parent" in sys.argv else None
+    sample(Path(sys.argv[1]), interval, parent=starter)
