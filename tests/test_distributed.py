@@ -219,3 +219,25 @@ def test_cli_names_every_failed_rank(tmp_path, rank_files):
     assert len(store.read_manifest(tmp_path / "out")["runs"]) == 1
     rc, _, err = run_cli("attribute", tmp_path / "out", "--executor", "spark://x")
     assert rc == 2 and "--executor 'spark://x'" in err
+
+
+def test_report_on_a_local_cluster_equals_local(tmp_path, rank_files, cluster):
+    from traceql.report import report
+
+    out = tmp_path / "runs"
+    traceql.ingest(rank_files[:2], out)
+    bad = tmp_path / "bad"  # a run without kernels (a copy beside nothing): skipped, and named, by every executor
+    make_store(bad, run_id="5e7e7e7e00000020", memcpy=[dict(start_ns=0, end_ns=1000)])
+    results = {ex or "default": report([out, bad], recipe="kernels", on_error="skip", executor=ex)
+               for ex in (None, "local:2", dask_spec(cluster))}
+    reference = results.pop("default")
+    assert [s["run_id"] for s in reference.skipped] == ["5e7e7e7e00000020"]
+    assert sum(t.num_rows for s in reference.sections for t in s.tables.values()) > 0
+    for name, result in results.items():
+        assert result.skipped == reference.skipped, name
+        assert result.runs.equals(reference.runs), name
+        for mine, ref in zip(result.sections, reference.sections, strict=True):
+            assert mine.tables.keys() == ref.tables.keys()
+            for q in ref.tables:
+                assert mine.tables[q].equals(ref.tables[q]), (name, q)
+            assert [(label, sorted(t)) for label, t in mine.per_run] == [(label, sorted(t)) for label, t in ref.per_run]

@@ -267,6 +267,7 @@ def report(
     recipe: Annotated[str, typer.Option(help="A built-in recipe (overlap, kernels, microbench, power) or a "
                                              "recipe .toml file of your own.")] = "overlap",
     on_error: OnError = OnErrorChoice.raise_,
+    executor: ExecutorOpt = None,
 ) -> None:
     """Build a self-contained HTML report (charts and tables, no network needed) over one run or many."""
     from .report import report as do_report
@@ -279,7 +280,8 @@ def report(
             if error is not None:
                 _say(bar, f"traceql: skipped run {run}: {error}")
 
-        result = do_report(inputs, out, recipe=recipe, on_error=on_error.value, progress=progress)
+        result = do_report(inputs, out, recipe=recipe, on_error=on_error.value, progress=progress,
+                           executor=executor)
     typer.echo(f"traceql: report of {result.runs_text()}, {len(result.skipped)} skipped, "
                f"in {result.seconds:.1f} s", err=True)
     typer.echo(str(out))

@@ -19,8 +19,9 @@ import pyarrow as pa
 
 from .. import store
 from ..errors import BadInputError, TraceqlError, UsageError
+from ..executor import Executor, run_units
+from ..executor import parse as parse_executor
 from ..ncu.ingest import FORMAT as NCU_FORMAT
-from ..output import check_target, replacing, unwritable
 from . import recipe as recipes
 from .recipe import Recipe, Section
 
@@ -64,13 +65,12 @@ class Report:
 
     def write(self, out: str | Path) -> Path:
         out = Path(out)
-        try:
-            out.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise unwritable(out.parent, exc) from exc
-        page = self.html()
-        with replacing(out) as tmp:  # atomic: a reader never sees half a page
-            tmp.write_text(page, encoding="utf-8")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile("w", dir=out.parent, prefix=f".{out.name}.", suffix=".tmp", delete=False,
+                                         encoding="utf-8") as tmp:
+            tmp.write(self.html())
+        Path(tmp.name).chmod(0o644)
+        Path(tmp.name).replace(out)  # atomic: a reader never sees half a page
         return out
 
 
@@ -78,11 +78,13 @@ Progress = Callable[[int, int, str, str | None], None]  # done, total, run label
 
 
 def report(inputs: Sequence[str | Path] | str | Path, out: str | Path | None = None, *, recipe: str | Path = "overlap",
-           on_error: str = "raise", progress: Progress | None = None, workdir: str | Path | None = None) -> Report:
+           on_error: str = "raise", progress: Progress | None = None, workdir: str | Path | None = None,
+           executor: str | Executor | None = None) -> Report:
     """Build the report of ``recipe`` over ``inputs`` (run directories, or traces ingested first).
 
     ``on_error``: ``raise`` stops at the first run that fails; ``skip`` goes on and lists every skipped run
-    and the reason in the report. ``out``: also write the HTML page there.
+    and the reason in the report. ``out``: also write the HTML page there. ``executor``: where each run's sections
+    are computed (:mod:`traceql.executor`: ``local`` by default, ``local:N``, ``dask://HOST:PORT``).
     """
     from ..attribute import as_store
 
@@ -94,16 +96,15 @@ def report(inputs: Sequence[str | Path] | str | Path, out: str | Path | None = N
     if on_error not in ON_ERROR:
         raise UsageError(f"on_error {on_error!r}: choose raise or skip")
     rec = recipe if isinstance(recipe, Recipe) else recipes.load_kind(recipe, "runs")
-    if out is not None:
-        check_target(out)
     started = time.perf_counter()
     tmp = None
     if workdir is None and any(not store.is_store(p) for p in inputs):
         tmp = tempfile.TemporaryDirectory(prefix="traceql-report-")
         workdir = tmp.name
     try:
-        dirs = as_store(inputs, Path(workdir or ".") / "runs")
-        result = _build(rec, dirs, on_error, progress)
+        ex = parse_executor(executor)
+        dirs = as_store(inputs, Path(workdir or ".") / "runs", ex)
+        result = _build(rec, [d.resolve() for d in dirs] if ex.distributed else dirs, on_error, progress, ex)
     finally:
         if tmp is not None:
             tmp.cleanup()
@@ -126,7 +127,8 @@ def _run_table(dirs: list[Path]) -> pa.Table:
         con.close()
 
 
-def _build(rec: Recipe, dirs: list[Path], on_error: str, progress: Progress | None) -> Report:
+def _build(rec: Recipe, dirs: list[Path], on_error: str, progress: Progress | None,
+           executor: Executor | None = None) -> Report:
     runs = _run_table(dirs)
     ncu_runs = [r["run_id"] for r in runs.to_pylist() if r["format"] == NCU_FORMAT]
     traced = [r for r in runs.to_pylist() if r["format"] != NCU_FORMAT]
@@ -136,29 +138,32 @@ def _build(rec: Recipe, dirs: list[Path], on_error: str, progress: Progress | No
     collected: list[dict[str, list[pa.Table]]] = [{q.name: [] for q in s.queries} for s in rec.sections]
     per_run: list[list[tuple[str, dict[str, pa.Table]]]] = [[] for _ in rec.sections]
     skipped = []
-    for i, run in enumerate(traced, 1):
-        label = run["run"]
-        try:
-            if run["kernels"] == 0:
-                raise BadInputError("no CUDA kernels in this run")
-            tables = _map_run(rec, dirs, run["run_id"], label, ncu_runs)
-        except (TraceqlError, duckdb.Error, OSError, ValueError) as exc:
-            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    # map: each run on the executor, outcomes as they complete; then reduce in the runs' order
+    outcomes: dict[int, list[dict[str, pa.Table]] | TraceqlError] = {}
+    calls = [(rec, dirs, run["run_id"], run["run"], ncu_runs, run["kernels"]) for run in traced]
+    for i, outcome in run_units(executor or parse_executor(None), _map_unit, calls,
+                                [f"run {r['run_id']} ({r['run']})" for r in traced]):
+        run, label = traced[i], traced[i]["run"]
+        reason = None
+        if isinstance(outcome, TraceqlError):
+            reason = str(outcome).splitlines()[0] if str(outcome) else type(outcome).__name__
             if on_error == "raise":
                 raise BadInputError(f"run {run['run_id']} ({label}, from {run['source_path']}): {reason}; "
                                     "--on-error skip reports the other runs") from None
+        outcomes[i] = outcome
+        if progress:
+            progress(len(outcomes), len(traced), label, reason)
+    for i, run in enumerate(traced):
+        label, tables = run["run"], outcomes[i]
+        if isinstance(tables, TraceqlError):
             skipped.append({"run_id": run["run_id"], "run": label, "source_path": run["source_path"],
-                            "reason": reason})
-            if progress:
-                progress(i, len(traced), label, reason)
+                            "reason": str(tables).splitlines()[0] if str(tables) else type(tables).__name__})
             continue
         for k, section_tables in enumerate(tables):
             for name, t in section_tables.items():
                 collected[k][name].append(t)
             if rec.sections[k].scope == "run":
                 per_run[k].append((label, section_tables))
-        if progress:
-            progress(i, len(traced), label, None)
     sections = []
     reductions: dict[tuple, dict[str, pa.Table]] = {}  # sections with the same queries and reducer share the result
     for k, s in enumerate(rec.sections):
@@ -182,6 +187,19 @@ def _concat(tables: list[pa.Table], section: Section) -> pa.Table:
     if section.scope == "all" and section.sort and section.sort in table.column_names:
         table = table.sort_by([(section.sort, "descending")])
     return table
+
+
+def _map_unit(rec: Recipe, dirs: list[Path], run_id: str, label: str, ncu_runs: list[str], kernels: int) \
+        -> list[dict[str, pa.Table]]:
+    """One run's unit of work: its sections' tables, or a traceql error that says why the run is skipped."""
+    if kernels == 0:
+        raise BadInputError("no CUDA kernels in this run")
+    try:
+        return _map_run(rec, dirs, run_id, label, ncu_runs)
+    except TraceqlError:
+        raise
+    except (duckdb.Error, OSError, ValueError) as exc:
+        raise BadInputError(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
 
 
 def _map_run(rec: Recipe, dirs: list[Path], run_id: str, label: str, ncu_runs: list[str]) -> list[dict[str, pa.Table]]:
