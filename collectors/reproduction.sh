@@ -12,7 +12,7 @@
 #                      compute (no communication) modes
 #   train_ddp_repeat   train_ddp's command again (run-to-run noise: the same program twice)
 #   train_ddp_ctas2    train_ddp's command with NCCL_MAX_CTAS=2 (one setting changed)
-# Usage: collectors/reproduction.sh [STEP...]   steps: overlap ddp fsdp2 pp pairs (default: all of them)
+# Usage: collectors/reproduction.sh [STEP...]   steps: overlap ddp fsdp2 pp pairs (= repeat ctas2) (default: all of them)
 # REPRO_SCALE=smoke runs every step small (a check of the scripts, about 2-3 minutes).
 # Results under $OUT (default ./out): the run store without the reports and GPU metrics (store_*.tar.xz), each run's nsys
 # SQLite export (xz) with its NVML samples and labels (exports_*.tar, at most 15 MiB each), and the log.
@@ -65,8 +65,9 @@ run_step() {
     ddp) collect train_ddp 120 "$HZ" "${TRAIN[@]}" --parallel ddp ;;
     fsdp2) collect train_fsdp2 120 "$HZ" "${TRAIN[@]}" --parallel fsdp2 ;;
     pp) collect train_pp 120 "$HZ" "${TRAIN[@]}" --parallel pp --microbatches 4 ;;
-    pairs) collect train_ddp_repeat 120 "$HZ" "${TRAIN[@]}" --parallel ddp
-           NCCL_MAX_CTAS=2 collect train_ddp_ctas2 120 "$HZ" "${TRAIN[@]}" --parallel ddp ;;
+    pairs) run_step repeat; run_step ctas2 ;;
+    repeat) collect train_ddp_repeat 120 "$HZ" "${TRAIN[@]}" --parallel ddp ;;
+    ctas2) NCCL_MAX_CTAS=2 collect train_ddp_ctas2 120 "$HZ" "${TRAIN[@]}" --parallel ddp ;;
     *) echo "unknown step $1"; return 2 ;;
   esac
 }
