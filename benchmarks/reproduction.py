@@ -22,7 +22,7 @@ SUITE = ROOT / "tests/data/h200/suite"
 H200X2 = ROOT / "tests/data/h200x2"
 sys.path.insert(0, str(ROOT))
 
-from traceql.paper.figures import FIGURES  # noqa: E402
+from traceql.paper.figures import FIGURES, _size  # noqa: E402
 from traceql.paper.text import ci, number, with_interval  # noqa: E402
 
 # The paper's setup as far as it can be read (../shared/reference/papers.md §1.2, from a reading note of the PDF).
@@ -72,6 +72,8 @@ def _md(rows: list[list[str]], header: list[str]) -> str:
 def _short(c: dict) -> str:
     parts = [c["run"]]
     parts += [str(c[k]) for k in ("op", "dtype") if c[k] is not None]
+    if c["bytes"]:
+        parts.append(_size(c["bytes"]))
     if c["max_ctas"] != "default":
         parts.append(f"ctas={c['max_ctas']}")
     return " ".join(parts)
@@ -111,7 +113,12 @@ def setup_section(result) -> str:
     gpus = _distinct(lab.get("gpus", "").replace(";", ", ") for lab in labs)
     ranks = _distinct(c["gpus"] for c in configs)
     sizes = _distinct(f"{c['bytes'] >> 20} MiB" for c in configs if c["bytes"])
-    extra = _distinct(c["config"] for c in configs)
+    values = defaultdict(set)
+    for c in configs:
+        for kv in filter(None, (c["config"] or "").split(";")):
+            k, _, v = kv.partition("=")
+            values[k].add(v)
+    extra = ", ".join(f"{k}={'/'.join(sorted(v))}" for k, v in sorted(values.items())) or "–"
     limits = _distinct(f"{m['power_limit_w']:.0f} W" for m in modes if m["power_limit_w"])
     ours = {
         "GPUs": gpus,
@@ -166,7 +173,10 @@ def headline_section(result) -> str:
                  else f"is below the paper's {paper} (its interval excludes it)" if r["avg_hi"] < fig.paper_avg
                  else f"holds the paper's {paper} in its interval")
         text.append(f"- `{name}`: our average {ci(r, 'avg')} {where}; our maximum is {ci(r, 'max')}, in "
-                    f"{r['max_config']}, against the paper's {pct(fig.paper_max, False)}.")
+                    f"{r['max_config']}, against the paper's {pct(fig.paper_max, False)}."
+                    + "".join(f" Workload `{w['group']}` alone ({w['configs']} configurations): {ci(w, 'avg')} on "
+                              f"average, at most {ci(w, 'max')}." for w in result.headline.to_pylist()
+                              if w["figure"] == name and w["group_by"] == "workload"))
     return "\n\n".join(text[:1]) + "\n\n" + "\n".join(text[1:])
 
 
@@ -177,9 +187,11 @@ def groups_section(result) -> str:
     for r in result.headline.to_pylist():
         if r["group_by"] != "all" and r["figure"] in shown:
             by[(r["group_by"], r["group"])][r["figure"]] = r
-    for (dim, group), figs in sorted(by.items()):
+    for (dim, group), figs in sorted(by.items(), key=lambda kv: (kv[0][0], int(kv[0][1]) if kv[0][0] == "bytes"
+                                                                 else 0, kv[0][1])):
         n = max(f["configs"] for f in figs.values())
-        rows.append([dim, group, n] + [ci(figs[f], "avg") if f in figs else "–" for f in shown])
+        rows.append([dim, _size(int(group)) if dim == "bytes" else group, n]
+                    + [ci(figs[f], "avg") if f in figs else "–" for f in shown])
     return _md(rows, ["by", "value", "configurations", *(f"{f}: average" for f in shown)])
 
 
@@ -264,6 +276,28 @@ def _comm_note(stats: dict) -> str:
             " ms. ")
 
 
+def _spearman(x: list[float], y: list[float]) -> float | None:
+    """Spearman's rank correlation (average ranks for ties); None below 3 pairs or without spread."""
+    import numpy as np
+
+    if len(x) < 3 or len(x) != len(y):
+        return None
+
+    def ranks(v):
+        a = np.asarray(v, dtype=float)
+        order = a.argsort(kind="stable")
+        r = np.empty(len(a))
+        r[order] = np.arange(len(a))
+        for value in np.unique(a):  # ties share their average rank
+            r[a == value] = r[a == value].mean()
+        return r
+
+    rx, ry = ranks(x), ranks(y)
+    if rx.std() == 0 or ry.std() == 0:
+        return None
+    return float(np.corrcoef(rx, ry)[0, 1])
+
+
 def _order_note(stats: dict, head: dict) -> str:
     """Do the losses follow the covered shares? Name the pairs that do not, and whether their intervals separate."""
     swapped = [(a, b) for a in stats for b in stats
@@ -276,7 +310,9 @@ def _order_note(stats: dict, head: dict) -> str:
     if not real:
         return (f"The losses follow the covered shares except where the intervals overlap ({pairs}): the covered "
                 "share orders what the data can order.")
-    return f"The covered share does not order all of them: {pairs}, and the intervals separate."
+    beyond = ", ".join(f"{b} loses more than {a}" for a, b in sorted(real))
+    return (f"The covered share does not order them all: beyond the intervals, {beyond}, though less covered; "
+            "something besides overlap costs those precisions.")
 
 
 def findings_section(result) -> str:
@@ -287,41 +323,63 @@ def findings_section(result) -> str:
     def bd(c, side):
         return breakdown.get((c["run_id"], c["op"], c["dtype"], c["bytes"], c["max_ctas"], c["config"], side))
 
-    parts = []
+    found = []
     # 1. NCCL_MAX_CTAS: the SMs NCCL takes against the collective's speed
     groups = defaultdict(list)
     for c in configs:
         groups[(c["workload"], c["op"], c["dtype"], c["bytes"], c["config"])].append(c)
-    sweeps = {k: sorted(v, key=lambda c: c["comm_sms"] or 0) for k, v in groups.items()
-              if len({c["max_ctas"] for c in v}) > 1}
+    sweeps = [sorted(v, key=lambda c: (c["comm_sms"] or 0, c["max_ctas"])) for _, v in sorted(
+        groups.items(), key=lambda kv: [str(x) for x in kv[0]]) if len({c["max_ctas"] for c in v}) > 1]
     text = ["### 1. NCCL_MAX_CTAS: SMs taken by NCCL against collective speed and compute slowdown\n"]
     if not sweeps:
         text.append("These runs hold no configuration measured at more than one NCCL_MAX_CTAS.")
-    for key, cs in sorted(sweeps.items(), key=lambda kv: [str(v) for v in kv[0]]):
+    else:
         rows = []
-        for c in cs:
-            b = bd(c, "compute")
-            rows.append([c["max_ctas"], f"{c['comm_sms']:.0f}" if c["comm_sms"] else "–",
-                         number(c["comm_iter_ns"], "ms"), f"{c['comm_only_gbps']:.0f}" if c["comm_only_gbps"] else "–",
-                         ci(c, "comm_slowdown"), ci(c, "compute_slowdown"), ci(c, "seq_over_ovl"),
-                         ci(c, "overlap_efficiency", signed=False), pct(b["sm"]) if b else "–"])
-        lo, hi = cs[0], cs[-1]
-        speed = (lo["comm_iter_ns"] / hi["comm_iter_ns"]) if lo["comm_iter_ns"] and hi["comm_iter_ns"] else None
-        sep = _separated(lo, hi, "compute_slowdown")
-        text.append(f"{key[1]} {key[2]}, {key[3] >> 20 if key[3] else '?'} MiB:\n\n" + _md(rows, [
-            "NCCL_MAX_CTAS", "SMs held by NCCL", "collective alone (ms)", "algorithm bandwidth (GB/s)",
-            "comm_slowdown", "compute_slowdown", "seq_over_ovl", "overlap_efficiency", "sm part (breakdown)"]))
+        cells = defaultdict(list)
+        for sw in sweeps:
+            for c in sw:
+                cells[(c["op"], c["bytes"], c["max_ctas"])].append(c)
+        for (op, size, ctas), cs in sorted(cells.items(), key=lambda kv: (
+                str(kv[0][0]), kv[0][1] or 0, sum(c["comm_sms"] or 0 for c in kv[1]) / len(kv[1]))):
+            sms = [c["comm_sms"] for c in cs if c["comm_sms"]]
+            alone = [c["comm_iter_ns"] for c in cs if c["comm_iter_ns"]]
+            sm_vals = [bd(c, "compute")["sm"] for c in cs if bd(c, "compute")]
+            rows.append([op, f"{size >> 20} MiB" if size else "–", ctas, len(cs),
+                         f"{sum(sms) / len(sms):.0f}" if sms else "–",
+                         number(sum(alone) / len(alone), "ms") if alone else "–"]
+                        + [ci(result.average(f, cs), "avg", signed=f != "overlap_efficiency")
+                           for f in ("comm_slowdown", "compute_slowdown", "seq_over_ovl", "overlap_efficiency")]
+                        + [pct(sum(sm_vals) / len(sm_vals)) if sm_vals else "–"])
+        text.append(_md(rows, ["collective", "size", "NCCL_MAX_CTAS", "configurations (data types)",
+                               "SMs held by NCCL", "collective alone (ms)", "comm_slowdown: average",
+                               "compute_slowdown: average", "seq_over_ovl: average", "overlap_efficiency: average",
+                               "sm part (breakdown, average)"]))
+        n = len(sweeps)
+        speed = [sw[0]["comm_iter_ns"] / sw[-1]["comm_iter_ns"] for sw in sweeps
+                 if sw[0]["comm_iter_ns"] and sw[-1]["comm_iter_ns"]]
+        grew = sum(all(b["compute_slowdown"] > a["compute_slowdown"] for a, b in zip(sw, sw[1:], strict=False))
+                   for sw in sweeps)
+        sep = sum(_separated(sw[0], sw[-1], "compute_slowdown") and sw[-1]["compute_slowdown"] >
+                  sw[0]["compute_slowdown"] for sw in sweeps)
+        sep_down = sum(_separated(sw[0], sw[-1], "compute_slowdown") and sw[-1]["compute_slowdown"] <
+                       sw[0]["compute_slowdown"] for sw in sweeps)
+        sm_parts = [[bd(c, "compute") for c in sw] for sw in sweeps]
+        sm_grew = sum(all(x is not None for x in bs) and all(b["sm"] > a["sm"] for a, b in zip(bs, bs[1:],
+                                                                                                strict=False))
+                      for bs in sm_parts)
+        held = sorted({f"{c['comm_sms']:.0f}" for sw in sweeps for c in (sw[0], sw[-1]) if c["comm_sms"]}, key=float)
+        settings = len({c["max_ctas"] for sw in sweeps for c in sw})
+        delta = [sw[-1]["compute_slowdown"] - sw[0]["compute_slowdown"] for sw in sweeps]
         text.append(
-            f"\nFrom {lo['comm_sms']:.0f} to {hi['comm_sms']:.0f} SMs held, the collective alone ran "
-            f"{speed:.2f}x {'faster' if speed and speed > 1 else 'slower'} ({number(lo['comm_iter_ns'], 'ms')} -> "
-            f"{number(hi['comm_iter_ns'], 'ms')} ms per iteration), while the GEMM beside it lost "
-            f"{ci(lo, 'compute_slowdown')} -> {ci(hi, 'compute_slowdown')}: "
-            + ("the intervals separate, so more NCCL CTAs cost measurably more compute."
-               if sep else "the compute slowdowns' intervals overlap: at these iteration counts the SMs NCCL takes "
-                           "do not measurably change the GEMM's loss, while its speed changes a lot.")
-            + f" Overlapping saved {ci(lo, 'seq_over_ovl')} -> {ci(hi, 'seq_over_ovl')} of the sequential time."
-            + _trend([bd(c, "compute") for c in cs], "sm", "the attribution's SM part of the GEMM's slowdown"))
-    parts.append("\n".join(text))
+            f"\n{n} sweep(s), each the same collective, data type and size at {settings} NCCL_MAX_CTAS settings. "
+            f"From the fewest to the most SMs held by NCCL ({' / '.join(held)}), the "
+            f"collective alone ran {min(speed):.1f}-{max(speed):.1f}x faster. The GEMM beside it lost more at every "
+            f"step in {grew} of {n}; between the fewest and the most CTAs its loss grew beyond the intervals in {sep} "
+            f"and fell beyond them in {sep_down}; in the rest the intervals overlap. The attribution's SM part of the "
+            f"GEMM's slowdown grew at every step in {sm_grew} of {n}. On average the collective ran "
+            f"{sum(speed) / len(speed):.1f}x faster for {pct(sum(delta) / len(delta))} more GEMM slowdown."
+            if speed else "")
+    found.append("\n".join(text))
 
     # 2. which precision loses most, and why
     # one CTA setting (the one most configurations ran at), so that only the precision changes between rows
@@ -336,7 +394,6 @@ def findings_section(result) -> str:
     if len(by_dtype) > 1:
         rows, stats = [], {}
         for dtype, cs in sorted(by_dtype.items()):
-            sigma = [c["in_overlap_slowdown"] for c in cs if c["in_overlap_slowdown"] is not None]
             bds = [bd(c, "compute") for c in cs if bd(c, "compute")]
             alone = [c["comm_iter_ns"] for c in cs if c["comm_iter_ns"]]
             stats[dtype] = dict(avg=head[dtype]["avg"], gemm=sum(c["compute_iter_ns"] for c in cs) / len(cs),
@@ -344,15 +401,15 @@ def findings_section(result) -> str:
                                 covered=sum(c["compute_covered"] for c in cs) / len(cs),
                                 parts={f: sum(b[f] for b in bds) / len(bds) for f in (*FACTORS, "residual")}
                                 if bds else None)
+            part = stats[dtype]["parts"]
             rows.append([dtype, len(cs), number(stats[dtype]["gemm"], "ms"), number(stats[dtype]["comm"], "ms"),
-                         pct(stats[dtype]["covered"], False),
-                         ci(head[dtype], "avg"), pct(sum(sigma) / len(sigma)) if sigma else "– (covered < 20%)",
-                         pct(stats[dtype]["parts"]["sm"]) if bds else "–",
-                         _distinct(b["cause"] for b in bds)])
+                         pct(stats[dtype]["covered"], False), ci(head[dtype], "avg")]
+                        + ([pct(part[f]) for f in ("sm", "clock", "residual")] if part else ["–"] * 3)
+                        + [_distinct(b["cause"] for b in bds)])
         text.append(_md(rows, ["dtype", "configurations", "compute alone per iteration (ms)",
                                "communication alone per iteration (ms)", "compute time covered by communication",
-                               "compute_slowdown: average [95% CI]", "in-overlap slowdown (average)",
-                               "sm part (breakdown, average)", "causes"]))
+                               "compute_slowdown: average [95% CI]", "sm part", "clock part", "residual",
+                               "causes (breakdown)"]))
         order = sorted(stats, key=lambda d: stats[d]["avg"])
         worst, runner_up, least = order[-1], order[-2], order[0]
         sep = head[runner_up]["avg_hi"] is not None and head[worst]["avg_lo"] is not None \
@@ -360,8 +417,8 @@ def findings_section(result) -> str:
         by_gemm = sorted(stats, key=lambda d: stats[d]["gemm"])
         covered = [stats[d]["covered"] for d in by_gemm]
         falling = all(b < a for a, b in zip(covered, covered[1:], strict=False))
-        lossy = [d for d in stats if stats[d]["parts"] and stats[d]["avg"] > 0]
-        sm_leads = lossy and all(stats[d]["parts"]["sm"] >= max(stats[d]["parts"][f] for f in FACTORS) for d in lossy)
+        tops = {d: max((*FACTORS, "residual"), key=lambda f: stats[d]["parts"][f]) for d in stats
+                if stats[d]["parts"] and stats[d]["avg"] > 0}
         text.append(
             f"\n{worst} loses most ({ci(head[worst], 'avg')} on average), {least} least ({ci(head[least], 'avg')}); "
             + (f"{worst}'s interval stays above {runner_up}'s." if sep
@@ -373,30 +430,63 @@ def findings_section(result) -> str:
                + ". " + _order_note(stats, head) if falling
                else ", though here the covered shares do not fall with GEMM time ("
                + ", ".join(f"{d} {stats[d]['covered']:.0%}" for d in by_gemm) + ").")
-            + (" Where a precision loses, the attribution's largest part is the SMs the collective's CTAs hold."
-               if sm_leads else " The attribution's largest part differs between precisions (table).")
-            + " The in-overlap slowdown (the loss of the covered time alone, DESIGN.md) is the per-unit-of-overlap "
-            "comparison; it is left out where less than 20% of the compute time was covered.")
+            + (" The attribution's largest part of each losing precision's slowdown: "
+               + ", ".join(f"{d} {f} ({pct(stats[d]['parts'][f])})" for d, f in sorted(tops.items())) + "."
+               if tops else ""))
     else:
         text.append("These runs hold one data type only.")
-    parts.append("\n".join(text))
+    found.append("\n".join(text))
 
     # 3. the communication side
     head_all = {r["figure"]: r for r in result.headline.to_pylist() if r["group_by"] == "all"}
     text = ["### 3. Communication slows down too\n"]
     comm = head_all.get("comm_slowdown")
+    with_comm = [c for c in configs if c["comm_slowdown"] is not None]
     if comm:
-        sides = [b for b in result.breakdown.to_pylist() if b["side"] == "comm"]
+        text.append(
+            f"The paper measures the compute side only. Here the collectives ran {ci(comm, 'avg')} slower on average "
+            f"beside the GEMM than alone (at most {ci(comm, 'max')}, {comm['max_config']}).")
+        cells = defaultdict(list)
+        for c in with_comm:
+            cells[(c["op"], c["bytes"], c["dtype"])].append(c)
+        ratio = [c["compute_iter_ns"] / c["comm_iter_ns"] for c in with_comm
+                 if c["compute_iter_ns"] and c["comm_iter_ns"]]
+        rho = _spearman(ratio, [c["comm_slowdown"] for c in with_comm if c["compute_iter_ns"] and c["comm_iter_ns"]])
+        rows = []
+        for (op, size, dtype), cs in sorted(cells.items(), key=lambda kv: (str(kv[0][0]), kv[0][1] or 0,
+                                                                           str(kv[0][2]))):
+            gemm = sum(c["compute_iter_ns"] for c in cs) / len(cs)
+            alone = sum(c["comm_iter_ns"] for c in cs) / len(cs)
+            rows.append([op, _size(size) if size else "–", dtype, len(cs), number(alone, "ms"), number(gemm, "ms"),
+                         f"{gemm / alone:.1f}", ci(result.average("comm_slowdown", cs), "avg")])
+        text.append("\n" + _md(rows, ["collective", "size", "dtype", "configurations (CTA settings)",
+                                      "collective alone (ms)", "GEMM alone (ms)", "GEMM / collective",
+                                      "comm_slowdown: average [95% CI]"]))
+        keys = {(c["run_id"], c["op"], c["dtype"], c["bytes"], c["max_ctas"], c["config"]) for c in with_comm}
+        sides = [b for b in result.breakdown.to_pylist() if b["side"] == "comm"
+                 and (b["run_id"], b["op"], b["dtype"], b["bytes"], b["max_ctas"], b["config"]) in keys]
         causes = defaultdict(int)
         for b in sides:
             causes[b["cause"]] += 1
-        text.append(
-            f"The paper measures the compute side only. Here the collectives ran {ci(comm, 'avg')} slower on average "
-            f"beside the GEMM than alone (at most {ci(comm, 'max')}, {comm['max_config']}). The attribution's causes "
-            "for the collectives: " + ", ".join(f"{k} {v}" for k, v in sorted(causes.items())) + ".")
+        last = (
+            f" The attribution gave the overlapped collectives a cause in {len(sides)} of {len(with_comm)} "
+            "configurations" + (" (" + ", ".join(f"{k} {v}" for k, v in sorted(causes.items())) + ")" if sides
+                                else "")
+            + ("; in the others it had no baseline to compare the overlapped instances with (`traceql attribute`'s "
+               "reason column says why for each signature), so their slowdown here rests on the modes alone."
+               if len(sides) < len(with_comm) else "."))
+        if rho is not None:
+            text.append(
+                f"\nAcross the {len(ratio)} configurations, the collective's slowdown has a rank correlation of "
+                f"{rho:+.2f} with how much longer the GEMM beside it runs than the collective alone"
+                + (": the longer the GEMM, the more the collective stretches." if rho >= 0.5 else
+                   ": the GEMM's length does not order the collectives' slowdowns." if abs(rho) < 0.5 else
+                   ": the longer the GEMM, the less the collective stretches.") + last)
+        else:
+            text.append("\n" + last.strip())
     else:
         text.append("No configuration here has both a communication-only and an overlapped mode.")
-    parts.append("\n".join(text))
+    found.append("\n".join(text))
 
     # 4. the paper's derived sequential time against a measured one
     text = ["### 4. Sequential: derived as the paper does, and measured\n"]
@@ -409,11 +499,87 @@ def findings_section(result) -> str:
         text.append(
             "The paper's equation adds the hidden communication back to the overlapped time minus the compute "
             f"slowdown; a sequential run measures it. Derived: {ci(der, 'avg')} on average; measured: "
-            f"{ci(meas, 'avg')}. Per configuration the derived value is {pct(sum(diffs) / len(diffs))} off on average "
-            f"(from {pct(min(diffs))} to {pct(max(diffs))}) and falls inside the measured interval in {inside} of "
-            f"{len(diffs)}.")
-    parts.append("\n".join(text))
-    return "\n\n".join(parts)
+            f"{ci(meas, 'avg')}. Per configuration, derived minus measured is {pct(sum(diffs) / len(diffs))} on "
+            f"average (from {pct(min(diffs))} to {pct(max(diffs))}); the derived value falls inside the measured "
+            f"interval in {inside} of {len(diffs)}.")
+    found.append("\n".join(text))
+    found.append(_training_finding(result, configs, bd))
+    found.append(_repeat_finding(result, configs))
+    return "\n\n".join(found)
+
+
+def _training_finding(result, configs: list[dict], bd) -> str:
+    """Configurations without a collective label (whole training steps): per configuration, the figures the paper
+    reports for training, the power figures, and the cause of the overlapped compute's slowdown."""
+    train = [c for c in configs if c["op"] is None]
+    text = ["### 5. Training steps: the paper's figures per parallelism\n"]
+    if not train:
+        text.append("These runs hold no training steps marked with modes.")
+        return "\n".join(text)
+    rows = []
+    for c in sorted(train, key=lambda c: (c["config"], c["run"])):
+        b = bd(c, "compute")
+        rows.append([c["run"], c["config"] or "–", c["modes"], ci(c, "compute_slowdown"), ci(c, "seq_over_ovl"),
+                     ci(c, "overlap_ratio", signed=False), ci(c, "mean_power_ovl_over_seq"),
+                     ci(c, "energy_seq_over_ovl"), f"{b['cause']} (sm {pct(b['sm'])}, clock {pct(b['clock'])})"
+                     if b else "–"])
+    text.append(_md(rows, ["run", "labels", "modes", "compute_slowdown", "seq_over_ovl", "overlap_ratio",
+                           "mean_power_ovl_over_seq", "energy_seq_over_ovl", "cause of the overlapped compute's "
+                           "slowdown"]))
+    by = defaultdict(list)
+    for c in train:
+        by[c["config"]].append(c)
+    if len(by) > 1:
+        avg = {k: result.average("compute_slowdown", cs) for k, cs in by.items()}
+        order = sorted(avg, key=lambda k: avg[k]["avg"])
+        hi, lo = order[-1], order[0]
+        sep = avg[lo]["avg_hi"] is not None and avg[hi]["avg_lo"] is not None and avg[lo]["avg_hi"] < avg[hi]["avg_lo"]
+        text.append(f"\n{hi} loses most to overlap ({ci(avg[hi], 'avg')}), {lo} least ({ci(avg[lo], 'avg')}); "
+                    + ("the intervals separate." if sep else "the intervals overlap, so these runs do not order them.")
+                    + " (The paper reports FSDP slowing more than pipeline parallelism, per papers.md §1.4.)")
+    return "\n".join(text)
+
+
+def _repeat_finding(result, configs: list[dict]) -> str:
+    """Runs of the same command (run-to-run noise): do their figures' intervals overlap?"""
+    by_cmd = defaultdict(list)  # the same command in the same environment (NCCL_* and the like)
+    for r in result.runs:
+        lab = _labels(r)
+        if lab.get("command"):
+            by_cmd[(lab["command"], *sorted((k, v) for k, v in lab.items() if k.startswith("env.")))].append(
+                r["run_id"])
+    pairs = [ids for ids in by_cmd.values() if len(ids) > 1]
+    text = ["### 6. The same command twice: run-to-run noise against the intervals\n"]
+    if not pairs:
+        text.append("No command was run twice here.")
+        return "\n".join(text)
+    figures = ("compute_slowdown", "seq_over_ovl", "overlap_ratio", "mean_power_ovl_over_seq")
+    rows, total, overlapping = [], 0, 0
+    for ids in pairs:
+        runs = [[c for c in configs if c["run_id"] == i] for i in ids]
+        for a in runs[0]:
+            for other in runs[1:]:
+                b = next((x for x in other if (x["workload"], x["op"], x["dtype"], x["bytes"], x["max_ctas"],
+                                               x["config"]) == (a["workload"], a["op"], a["dtype"], a["bytes"],
+                                                                a["max_ctas"], a["config"])), None)
+                if b is None:
+                    continue
+                for f in figures:
+                    if a[f] is None or b[f] is None:
+                        continue
+                    total += 1
+                    overlapping += not _separated(a, b, f)
+                    rows.append([f"{a['run']} / {b['run']}", _short(a).split(" ", 1)[-1] if a["op"] else a["config"],
+                                 f"`{f}`", ci(a, f), ci(b, f), pct(b[f] - a[f])])
+    if not rows:
+        text.append("No configuration was measured by both runs of a command.")
+        return "\n".join(text)
+    text.append(_md(rows, ["runs", "configuration", "figure", "first", "second", "difference"]))
+    text.append(f"\nIn {overlapping} of {total} comparisons the two runs' intervals overlap: "
+                + ("the intervals cover the run-to-run noise here." if overlapping == total
+                   else "in the rest, run-to-run noise exceeds the within-run intervals; compare runs with that in "
+                        "mind."))
+    return "\n".join(text)
 
 
 def generate(result, source: str) -> str:
@@ -438,17 +604,19 @@ def generate(result, source: str) -> str:
     return "\n\n".join(sections) + "\n"
 
 
-def compute(data: str):
-    """(the paper's tables over the committed runs, a description of where they came from)."""
+def compute(data: str, store: Path | None = None):
+    """(the paper's tables over the committed runs, a description of where they came from). ``store``: the runs of
+    ``data`` already ingested (the tests' fixture), else they are ingested into a temporary store."""
     from traceql.paper import paper
 
     if data == "h200x2":
+        if store is not None:
+            return paper(store), "tests/data/h200x2"
         sys.path.insert(0, str(ROOT / "tests"))
         from h200x2 import build_store  # type: ignore[import-not-found]
 
         with tempfile.TemporaryDirectory(prefix="traceql-repro-") as tmp:
-            store = build_store(Path(tmp) / "store")
-            return paper(store), "tests/data/h200x2"
+            return paper(build_store(Path(tmp) / "store")), "tests/data/h200x2"
     return paper(SUITE), "tests/data/h200/suite"
 
 

@@ -1,13 +1,13 @@
 """Energy and power per mode, from the NVML samples inside each mode range (``paper_power``).
 
 NVML's energy counter is exact but changes only every ~100 ms on H200 (the run's own median is used in messages),
-and its power reading changes at the same pace: a mode range needs at least two counter changes inside it for an
-energy figure, and the figure covers the time between its first and last change. Mean power is the counter's
+and its power reading changes at the same pace: a mode range needs at least three counter changes inside it for
+an energy figure, and the figure covers the time between its first and last change. Mean power is the counter's
 energy over that time (ratio of sums over the intervals between changes); its interval resamples those intervals.
 The peak is the highest power reading inside the range (a reading NVML has itself averaged, so a lower bound of
-the instantaneous peak); its interval resamples the readings. Energy per iteration is mean power x GPUs x
-iteration time. A change is taken to happen midway between the sample that shows it and the one before. Where
-the data cannot give a number, ``note`` says why instead.
+the instantaneous peak); its interval resamples the readings (each reading once, however often it was sampled).
+Energy per iteration is mean power x GPUs x iteration time. A change is taken to happen midway between the sample
+that shows it and the one before. Where the data cannot give a number, ``note`` says why instead.
 """
 
 from __future__ import annotations
@@ -18,7 +18,10 @@ import numpy as np
 
 from .figures import N_BOOT, Est, combine, resample_rows
 
-MIN_UPDATES = 2  # counter changes inside a mode: one full interval between two changes is the least energy measured
+# counter changes inside a mode: two intervals between them, the least that gives the mean power an interval; a
+# change is seen up to one sampling period late, so one interval alone can be off by that much (15% of 100 ms at
+# 15 ms sampling; single-interval estimates above the enforced power limit came out of the 2 x H200 runs)
+MIN_UPDATES = 3
 
 
 def mode_power(rows: list[dict], wall: Est | None, key: tuple, n_boot: int = N_BOOT) -> dict:
@@ -58,7 +61,10 @@ def mode_power(rows: list[dict], wall: Est | None, key: tuple, n_boot: int = N_B
             idx = resample_rows(len(e), key=(*key, *dev, "energy"), n_boot=n_boot)
             reps = e[idx].sum(axis=1) / t[idx].sum(axis=1)
         means.append(Est(float(e.sum() / t.sum()), reps))
-        readings = np.array([r["power_w"] for r in inside if r["power_w"] is not None])
+        # NVML refreshes its reading about as often as the counter, far less often than it is sampled: a repeated
+        # reading is one measurement, so the units resampled are the readings as they change
+        readings = np.array([r["power_w"] for i, r in enumerate(inside) if r["power_w"] is not None
+                             and (i == 0 or r["power_w"] != inside[i - 1]["power_w"])])
         if readings.size:
             peak_reps = None
             if readings.size >= 2:
@@ -70,7 +76,7 @@ def mode_power(rows: list[dict], wall: Est | None, key: tuple, n_boot: int = N_B
         period = np.nanmedian([r["run_update_ns"] or np.nan for r in rows]) / 1e6
         out["note"] = (f"NVML's energy counter changed {min(updates)} time(s) inside the {max(spans):.0f} ms mode "
                        f"(every {period:.0f} ms in this run): energy needs {MIN_UPDATES}+ changes inside a mode, so "
-                       f"modes of {3 * period:.0f} ms or more get a number")
+                       f"modes of {(MIN_UPDATES + 1) * period:.0f} ms or more get a number")
         return out
     out["mean_power_w"] = combine(lambda *xs: sum(xs) / len(xs), *means)
     out["peak_power_w"] = combine(lambda *xs: np.maximum.reduce(xs), *peaks) if len(peaks) == len(means) \
