@@ -127,7 +127,8 @@ def h200x2_store(tmp_path_factory) -> Path:
     their labels and NVML samples into one run store, as `traceql collect` made it on the GPU machine."""
     from h200x2 import build_store
 
-    return build_store(tmp_path_factory.mktemp("h200x2") / "run")
+    return build_store(tmp_path_factory.mktemp("h200x2") / "run",
+                       ["overlap", "train_ddp", "train_ddp_repeat", "train_fsdp2"])
 
 
 KNOWN_CAUSE = {"h100": DATA / "h100" / "known_cause.sqlite.xz", "h200": DATA / "h200" / "known_cause.sqlite.xz",
