@@ -14,7 +14,7 @@ import argparse
 import json
 import sys
 import tempfile
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -110,7 +110,8 @@ def setup_section(result) -> str:
     labs = [_labels(r) for r in result.runs]
     configs = result.configs.to_pylist()
     modes = result.modes.to_pylist()
-    gpus = _distinct(lab.get("gpus", "").replace(";", ", ") for lab in labs)
+    gpus = _distinct(" + ".join(f"{n} x {g}" for g, n in sorted(Counter(lab["gpus"].split(";")).items()))
+                     for lab in labs if lab.get("gpus"))
     ranks = _distinct(c["gpus"] for c in configs)
     sizes = _distinct(f"{c['bytes'] >> 20} MiB" for c in configs if c["bytes"])
     values = defaultdict(set)
@@ -134,11 +135,16 @@ def setup_section(result) -> str:
         "repetitions": f"{_distinct(c['iterations'] for c in configs)} iterations per mode in one run; 95% bootstrap "
                        "intervals over iterations",
         "software": "; ".join(sorted({f"torch {lab.get('version.torch', '?')}, CUDA {lab.get('env.CUDA_VERSION', '?')}"
-                                      f", NCCL {lab.get('env.NCCL_VERSION', '?')}, nsys {lab.get('nsys', '?')}"
-                                      for lab in labs})),
+                                      f", NCCL {_nccl(lab)}, nsys {lab.get('nsys', '?')}" for lab in labs})),
     }
     rows = [[k, PAPER_SETUP[k], ours[k]] for k in PAPER_SETUP]
     return _md(rows, ["", "the paper", "here"])
+
+
+def _nccl(lab: dict) -> str:
+    # the NCCL PyTorch loads is its pip package's; the image's NCCL_VERSION only says what the image ships
+    pip = [v for k, v in sorted(lab.items()) if k.startswith("version.nvidia-nccl")]
+    return pip[0] if pip else lab.get("env.NCCL_VERSION", "?")
 
 
 def _update_period(result) -> str:
@@ -223,11 +229,14 @@ def power_section(result) -> str:
     rows = [[_short(m), m["mode"], ci(m, "iter_ns", "ms", False), ci(m, "energy_per_iter_j", "J", False),
              ci(m, "mean_power_w", "W", False), ci(m, "peak_power_w", "W", False),
              f"{m['power_limit_w']:.0f}" if m["power_limit_w"] else "–"] for m in measured]
-    missing = len(modes) - len(measured)
+    missing = [m for m in modes if m["mean_power_w"] is None]
+    spans = [m["iter_ns"] * m["iterations"] / 1e6 for m in missing if m["iter_ns"]]
     return (_md(rows, ["configuration", "mode", "time per iteration (ms)", "energy per iteration, all GPUs (J)",
                        "mean power per GPU (W)", "peak power (W)", "power limit (W)"])
-            + (f"\n\n{missing} of {len(modes)} modes have no figure (too few counter changes inside them)."
-               if missing else ""))
+            + (f"\n\n{len(missing)} of {len(modes)} modes have no figure: they lasted {min(spans):.0f}-"
+               f"{max(spans):.0f} ms of GPU time, and NVML's energy counter, which changes every "
+               f"{_update_period(result)}, changed fewer than three times inside them (each mode's count and reason: "
+               "`traceql paper RUNS --table modes`)." if missing and spans else ""))
 
 
 def breakdown_section(result) -> str:
