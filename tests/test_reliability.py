@@ -24,8 +24,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import DATA, H200, NSYS2022
-from reliability import CASES, Env, Run, case, check, store_problems
+from conftest import H200, NSYS2022
+from reliability import CASES, Env, Run, case, check
 from synthetic import launches, make_store
 
 RESULTS: dict[str, dict] = {}
@@ -253,7 +253,8 @@ def _schema_version_garbage(env):
 
 @case("ingest", "an export without EXPORT_SCHEMA_VERSION", words="export it again")
 def _schema_version_missing(env):
-    return ingest(env, edited(env, "noversion.sqlite", "DELETE FROM EXPORT_META_DATA WHERE name = 'EXPORT_SCHEMA_VERSION'"))
+    return ingest(env, edited(env, "noversion.sqlite",
+                              "DELETE FROM EXPORT_META_DATA WHERE name = 'EXPORT_SCHEMA_VERSION'"))
 
 
 @case("ingest", "an export without its metadata table and string table", words="not an Nsight Systems export")
@@ -588,7 +589,8 @@ def _parquetdir(env, name="export") -> Path:
     return copy(env, "parquetdir", name)
 
 
-@case("ingest", "a Parquet export whose kernel file is garbage", words=("CUPTI_ACTIVITY_KIND_KERNEL", "export it again"))
+@case("ingest", "a Parquet export whose kernel file is garbage",
+      words=("CUPTI_ACTIVITY_KIND_KERNEL", "export it again"))
 def _pq_kernel_garbage(env):
     d = _parquetdir(env)
     (d / f"{KERNEL}.parquet").write_bytes(RANDOM)
@@ -1336,3 +1338,367 @@ def _sql_ctrl_c(env):
         proc.send_signal(signal.SIGINT)
 
     return env.child(["sql", s, slow, "--format", "csv", "-o", out], watch=[env.tmp], run=interrupt)
+
+
+# -- attribute -------------------------------------------------------------------------------------------------------
+
+def _attribute(env, *args, named=(), watch=None) -> Run:
+    return env.cli("attribute", *args, named=named, watch=watch if watch is not None else [env.tmp])
+
+
+@case("attribute", "an input that does not exist", words="no such file")
+def _attr_missing(env):
+    p = env.path("nothing.sqlite")
+    return _attribute(env, p, named=p)
+
+
+@case("attribute", "a folder that is neither a run store nor an export", words="no .parquet files")
+def _attr_plain_folder(env):
+    d = env.path("plain")
+    d.mkdir()
+    (d / "a.txt").write_text("x")
+    return _attribute(env, d, named=d)
+
+
+@case("attribute", "an empty file", words="empty file")
+def _attr_empty_file(env):
+    return _attribute(env, written(env, "empty.sqlite", b""), named=env.path("empty.sqlite"))
+
+
+@case("attribute", "an SQLite database of another program", words="not an Nsight Systems export")
+def _attr_foreign_sqlite(env):
+    p = env.path("other.sqlite")
+    con = sqlite3.connect(p)
+    con.execute("CREATE TABLE t (x)")
+    con.commit()
+    con.close()
+    return _attribute(env, p, named=p)
+
+
+@case("attribute", "an export cut in half", words="truncated")
+def _attr_truncated(env):
+    data = env.inputs["contention"].read_bytes()
+    p = written(env, "cut.sqlite", data[: len(data) // 2])
+    return _attribute(env, p, named=p)
+
+
+@case("attribute", "a run store whose runs hold no CUDA kernels", words="nsys profile -t cuda")
+def _attr_no_kernels(env):
+    s = env.inputs["nvtx_store"]
+    return _attribute(env, s, named=s, watch=[s])
+
+
+@case("attribute", "a run store whose manifest is not JSON", words=("manifest", "re-ingest"))
+def _attr_manifest_garbage(env):
+    s = _store_copy(env, "synthetic")
+    _manifest(s).write_text("nope")
+    return _attribute(env, s, named=_manifest(s))
+
+
+@case("attribute", "a run store of a future schema version", words=("schema version 99", "traceql"))
+def _attr_future_store(env):
+    s = _store_copy(env, "synthetic")
+    m = json.loads(_manifest(s).read_text())
+    m["schema_version"] = 99
+    _manifest(s).write_text(json.dumps(m))
+    return _attribute(env, s, named=_manifest(s))
+
+
+@case("attribute", "a run store whose kernels file is garbage", words="re-run `traceql ingest`")
+def _attr_table_garbage(env):
+    s = _store_copy(env, "synthetic")
+    f = _run_file(s, "kernels")
+    f.write_bytes(RANDOM)
+    return _attribute(env, s, named=f)
+
+
+@case("attribute", "a run store whose kernels file lacks a column", words=("lacks column", "re-ingest"))
+def _attr_table_missing_column(env):
+    s = _store_copy(env, "synthetic")
+    f = _run_file(s, "kernels")
+    t = pq.read_table(f)
+    pq.write_table(t.drop(["dur_ns"]), f)
+    return _attribute(env, s, named=f)
+
+
+@case("attribute", "--baseline that does not exist", words="no such file")
+def _attr_baseline_missing(env):
+    p = env.path("base.sqlite")
+    return _attribute(env, env.inputs["synthetic"], "--baseline", p, named=p)
+
+
+@case("attribute", "--baseline that is also an input", words="give the baseline run only once")
+def _attr_baseline_is_input(env):
+    s = env.inputs["synthetic"]
+    return _attribute(env, s, "--baseline", s, named=s)
+
+
+@case("attribute", "--baseline recorded on another GPU model", words=("same GPU model",))
+def _attr_baseline_other_gpu(env):
+    b = env.inputs["other_gpu"]
+    return _attribute(env, env.inputs["synthetic"], "--baseline", b, named=[b, "A100"])
+
+
+@case("attribute", "--baseline that is a text file", words="not an SQLite file")
+def _attr_baseline_text(env):
+    p = written(env, "base.sqlite", b"text\n" * 30)
+    return _attribute(env, env.inputs["synthetic"], "--baseline", p, named=p)
+
+
+@case("attribute", "--ncu that does not exist", words="no such file")
+def _attr_ncu_missing(env):
+    p = env.path("k.ncu-rep")
+    return _attribute(env, env.inputs["synthetic"], "--ncu", p, named=p)
+
+
+@case("attribute", "--ncu given an nsys export", words="not an Nsight Compute report")
+def _attr_ncu_not_report(env):
+    p = env.inputs["cpu_nvtx"]
+    return _attribute(env, env.inputs["synthetic"], "--ncu", p, named=p)
+
+
+@case("attribute", "--ncu given a run store without an Nsight Compute run", words="holds no Nsight Compute run")
+def _attr_ncu_store_without(env):
+    s = env.inputs["nvtx_store"]
+    return _attribute(env, env.inputs["synthetic"], "--ncu", s, named=s, watch=[s, env.tmp])
+
+
+@case("attribute", "--ncu whose profiled kernels never ran in the input", words="traceql collect --ncu")
+def _attr_ncu_no_match(env):
+    s = env.inputs["ncu_store"]
+    return _attribute(env, env.inputs["synthetic"], "--ncu", s, named=s, watch=[s, env.tmp])
+
+
+@case("attribute", "--ncu of random bytes", words="Nsight Compute")
+def _attr_ncu_garbage(env):
+    p = written(env, "bad.ncu-rep", RANDOM)
+    return _attribute(env, env.inputs["synthetic"], "--ncu", p, named=p)
+
+
+@case("attribute", "an unknown --format", words="'table', 'json', 'csv'")
+def _attr_bad_format(env):
+    return _attribute(env, env.inputs["synthetic"], "--format", "xml", named="xml")
+
+
+@case("attribute", "an unknown --focus", words="'any', 'comm'")
+def _attr_bad_focus(env):
+    return _attribute(env, env.inputs["synthetic"], "--focus", "gemm", named="gemm")
+
+
+@case("attribute", "-o names a regular file", words=("not a folder", "give a folder"))
+def _attr_out_is_file(env):
+    f = written(env, "results", b"x")
+    return _attribute(env, env.inputs["synthetic"], "-o", f, named=f)
+
+
+@case("attribute", "-o below a regular file", words=("cannot write here", "not a folder"))
+def _attr_out_under_file(env):
+    f = written(env, "results", b"x")
+    return _attribute(env, env.inputs["synthetic"], "-o", f / "sub", named=f / "sub")
+
+
+@case("attribute", "-o on a read-only file system (/sys)", words="cannot write here")
+def _attr_out_read_only(env):
+    return _attribute(env, env.inputs["synthetic"], "-o", "/sys/traceql-attr", named="/sys/traceql-attr")
+
+
+@case("attribute", "-o where attribution.json is a folder", words=("is a folder", "give a file name"))
+def _attr_out_json_folder(env):
+    d = env.path("results")
+    (d / "attribution.json").mkdir(parents=True)
+    return _attribute(env, env.inputs["synthetic"], "-o", d, named=d / "attribution.json")
+
+
+@case("attribute", "the disk fills while the attribution files are written", words=("cannot write here", "ulimit"))
+def _attr_out_full(env):
+    d = env.path("results")
+    return env.child(["attribute", env.inputs["synthetic"], "-o", d, "--format", "json"], named=d,
+                     watch=[env.tmp], preexec=_file_size_limit(2_000))
+
+
+# -- report ----------------------------------------------------------------------------------------------------------
+
+def _report(env, *args, named=(), watch=None, out: Path | None = None) -> Run:
+    out = out or env.path("report.html")
+    return env.cli("report", *args, "-o", out, named=named, watch=watch if watch is not None else [env.tmp])
+
+
+@case("report", "an input that does not exist", words="no such file")
+def _rep_missing(env):
+    p = env.path("none.sqlite")
+    return _report(env, p, named=p)
+
+
+@case("report", "a folder that is neither a run store nor an export", words="no .parquet files")
+def _rep_plain_folder(env):
+    d = env.path("plain")
+    d.mkdir()
+    (d / "x.txt").write_text("x")
+    return _report(env, d, named=d)
+
+
+@case("report", "a store holding only an Nsight Compute profile", words="no Nsight Systems runs")
+def _rep_only_ncu(env):
+    s = env.inputs["ncu_store"]
+    return _report(env, s, named=s, watch=[s, env.tmp])
+
+
+@case("report", "a store whose only run has no CUDA kernels", words=("no CUDA kernels", "--on-error skip"))
+def _rep_no_kernels(env):
+    s = env.inputs["nvtx_store"]
+    (run_id,) = json.loads(_manifest(s).read_text())["runs"]
+    return _report(env, s, named=run_id, watch=[s, env.tmp])
+
+
+@case("report", "every run bad, with --on-error skip: the page lists them, exit 2", words="skipped run")
+def _rep_skip_all(env):
+    s = env.inputs["nvtx_store"]
+    out = env.path("report.html")
+    run = env.cli("report", s, "-o", out, "--on-error", "skip", named=[], watch=[s])
+    if not out.is_file() or 'id="skipped"' not in out.read_text():
+        run.err += "\ntraceql: expected a whole page listing the skipped run"
+        run.rc = 99
+    return run
+
+
+@case("report", "a run store whose manifest is not JSON", words=("manifest", "re-ingest"))
+def _rep_manifest_garbage(env):
+    s = _store_copy(env, "synthetic")
+    _manifest(s).write_text("{")
+    return _report(env, s, named=_manifest(s))
+
+
+@case("report", "a run store of a future schema version", words=("schema version 99", "traceql"))
+def _rep_future_store(env):
+    s = _store_copy(env, "synthetic")
+    m = json.loads(_manifest(s).read_text())
+    m["schema_version"] = 99
+    _manifest(s).write_text(json.dumps(m))
+    return _report(env, s, named=_manifest(s))
+
+
+@case("report", "a run store whose kernels file is garbage", words="re-run `traceql ingest`")
+def _rep_table_garbage(env):
+    s = _store_copy(env, "synthetic")
+    f = _run_file(s, "kernels")
+    f.write_bytes(RANDOM)
+    return _report(env, s, named=f)
+
+
+def _recipe(env, text: str) -> Path:
+    p = env.path("my.toml")
+    p.write_text(text)
+    return p
+
+
+SECTION = '[[section]]\ntitle = "T"\nchart = "kernel_time"\n[section.queries]\ntotals = { view = "kernel_totals" }\n'
+
+
+@case("report", "a recipe file that does not exist", words="built-in recipes")
+def _rep_recipe_missing(env):
+    p = env.path("nope.toml")
+    return _report(env, env.inputs["synthetic"], "--recipe", p, named=p)
+
+
+@case("report", "a built-in recipe name misspelt", words="not a built-in recipe")
+def _rep_recipe_misspelt(env):
+    return _report(env, env.inputs["synthetic"], "--recipe", "overlapp", named="overlapp")
+
+
+@case("report", "a recipe that is not TOML", words="not valid TOML")
+def _rep_recipe_not_toml(env):
+    p = _recipe(env, "title = [unclosed\n")
+    return _report(env, env.inputs["synthetic"], "--recipe", p, named=p)
+
+
+@case("report", "a recipe without sections", words="[[section]]")
+def _rep_recipe_no_sections(env):
+    p = _recipe(env, 'title = "empty"\n')
+    return _report(env, env.inputs["synthetic"], "--recipe", p, named=p)
+
+
+@case("report", "a recipe naming a view that does not exist", words="no view")
+def _rep_recipe_unknown_view(env):
+    p = _recipe(env, SECTION.replace("kernel_totals", "kernel_totalz"))
+    return _report(env, env.inputs["synthetic"], "--recipe", p, named=[p, "kernel_totalz"])
+
+
+@case("report", "a recipe naming a chart that does not exist", words="no chart")
+def _rep_recipe_unknown_chart(env):
+    p = _recipe(env, SECTION.replace('chart = "kernel_time"', 'chart = "pie"'))
+    return _report(env, env.inputs["synthetic"], "--recipe", p, named=[p, "pie"])
+
+
+@case("report", "a recipe with an unknown scope", words="choose run or all")
+def _rep_recipe_bad_scope(env):
+    p = _recipe(env, SECTION.replace('title = "T"\n', 'title = "T"\nscope = "everything"\n'))
+    return _report(env, env.inputs["synthetic"], "--recipe", p, named=[p, "everything"])
+
+
+@case("report", "a recipe query with both a view and SQL", words="exactly one of")
+def _rep_recipe_view_and_sql(env):
+    p = _recipe(env, SECTION.replace('{ view = "kernel_totals" }', '{ view = "kernel_totals", sql = "SELECT 1" }'))
+    return _report(env, env.inputs["synthetic"], "--recipe", p, named=p)
+
+
+@case("report", "a recipe section with an unknown key", words="unknown key")
+def _rep_recipe_unknown_key(env):
+    p = _recipe(env, SECTION.replace('title = "T"\n', 'title = "T"\ncolour = "red"\n'))
+    return _report(env, env.inputs["synthetic"], "--recipe", p, named=[p, "colour"])
+
+
+@case("report", "a recipe chart missing the query it needs", words="needs the queries")
+def _rep_recipe_chart_needs(env):
+    p = _recipe(env, SECTION.replace("totals = ", "other = "))
+    return _report(env, env.inputs["synthetic"], "--recipe", p, named=[p, "totals"])
+
+
+@case("report", "a recipe whose SQL fails on the run", words=("--on-error skip",))
+def _rep_recipe_sql_error(env):
+    p = _recipe(env, '[[section]]\ntitle = "T"\ntable = "q"\n[section.queries]\n'
+                     'q = { sql = "SELECT run_id, no_such_column FROM kernels" }\n')
+    return _report(env, env.inputs["synthetic"], "--recipe", p, named="no_such_column")
+
+
+@case("report", "a recipe whose SQL reads a file outside the store", words=("--on-error skip", "Cannot access"))
+def _rep_recipe_sql_copy(env):
+    target = env.path("stolen.csv")
+    p = _recipe(env, '[[section]]\ntitle = "T"\ntable = "q"\n[section.queries]\n'
+                     "q = { sql = \"SELECT r.run_id, t.content FROM runs r, read_text('/etc/passwd') t\" }\n")
+    return _report(env, env.inputs["synthetic"], "--recipe", p, named="/etc/passwd", watch=[env.tmp, target])
+
+
+@case("report", "an unknown --on-error", words="'raise', 'skip'")
+def _rep_bad_on_error(env):
+    return _report(env, env.inputs["synthetic"], "--on-error", "maybe", named="maybe")
+
+
+@case("report", "-o names a folder", words=("is a folder", "give a file name"))
+def _rep_out_folder(env):
+    d = env.path("pages")
+    d.mkdir()
+    return _report(env, env.inputs["synthetic"], out=d, named=d)
+
+
+@case("report", "-o below a regular file", words="cannot write here")
+def _rep_out_under_file(env):
+    f = written(env, "notes", b"x")
+    return _report(env, env.inputs["synthetic"], out=f / "r.html", named=f)
+
+
+@case("report", "-o a full device (/dev/full): refused, the device left alone", words=("cannot write here",
+                                                                                     "free space"))
+def _rep_out_dev_full(env):
+    return _report(env, env.inputs["synthetic"], out=Path("/dev/full"), named="/dev/full")
+
+
+@case("report", "-o on a read-only file system (/sys)", words="cannot write here")
+def _rep_out_read_only(env):
+    return _report(env, env.inputs["synthetic"], out=Path("/sys/traceql.html"), named="/sys")
+
+
+@case("report", "the disk fills while the page is written", words=("cannot write here", "ulimit"))
+def _rep_out_full(env):
+    out = env.path("report.html")
+    return env.child(["report", env.inputs["synthetic"], "-o", out], named=out, watch=[env.tmp],
+                     preexec=_file_size_limit(200_000))

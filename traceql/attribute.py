@@ -15,6 +15,7 @@ wants the connection afterwards).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import shutil
 import sys
@@ -76,16 +77,26 @@ class Attribution:
         import pyarrow.parquet as pq
 
         out = Path(out_dir)
+        created = not out.exists()
         try:
             out.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise output.unwritable(out, exc) from exc
         text = json.dumps(self.to_json(), indent=1, default=str)
-        with output.replacing(out / "attribution.json") as tmp:  # each file whole, or as it was
-            tmp.write_text(text)
-        for name, table in (("kernels", self.kernels), ("summary", self.summary)):
-            with output.replacing(out / f"{name}.parquet") as tmp:
-                pq.write_table(table, tmp)
+        try:
+            # the three files are renamed into place together, once all are written: all new, or all as they were
+            with contextlib.ExitStack() as stack:
+                json_tmp, kernels_tmp, summary_tmp = (
+                    stack.enter_context(output.replacing(out / n))
+                    for n in ("attribution.json", "kernels.parquet", "summary.parquet"))
+                json_tmp.write_text(text)
+                pq.write_table(self.kernels, kernels_tmp)
+                pq.write_table(self.summary, summary_tmp)
+        except BaseException:
+            if created:
+                with contextlib.suppress(OSError):
+                    out.rmdir()
+            raise
 
 
 def _num(v):
@@ -160,6 +171,8 @@ def attribute(inputs: list[str | Path] | str | Path, *, baseline: str | Path | N
         raise UsageError(f"focus {focus!r}: choose any or comm")
     if baseline is not None and Path(baseline) in inputs:
         raise UsageError(f"--baseline {baseline} is also an input: give the baseline run only once")
+    if baseline is not None and not Path(baseline).exists():  # before the work, not after it
+        raise MissingInputError(f"--baseline {baseline}: no such file or run directory")
     ncu_items = [Path(p) for p in ([ncu] if isinstance(ncu, str | Path) else ncu or [])]
     ex = parse_executor(executor)
     if ex.distributed:
@@ -182,6 +195,10 @@ def attribute(inputs: list[str | Path] | str | Path, *, baseline: str | Path | N
             return attribute_per_run(inputs, Path(baseline) if baseline is not None else None, ncu_items,
                                      group_by_nvtx, focus, Path(workdir), ex, progress)
         dirs = as_store(inputs, Path(workdir) / "runs", ex)
+        counted = [e.get("tables", {}).get("kernels") for d in dirs for e in store.read_manifest(d)["runs"].values()]
+        if counted and all(n == 0 for n in counted):  # known from the manifests: no need to open a connection
+            raise BadInputError(f"{', '.join(map(str, inputs))}: no CUDA kernels in the input; collect with "
+                                "`nsys profile -t cuda` (or `traceql collect`)")
         ncu_dir, ncu_runs = _ncu_store(ncu_items, dirs, Path(workdir))
         con = store.connect(dirs + ([ncu_dir] if ncu_dir else []), con)
         notes: list[str] = []

@@ -189,8 +189,11 @@ def attribute(
 ) -> None:
     """Measure overlap and slowdown of every GPU activity beside other work, and name the contended resource."""
     from .attribute import attribute as do_attribute
+    from .output import check_folder
     from .render import render_attribution
 
+    if out_dir is not None:
+        check_folder(out_dir)  # before the work, not after it
     with _ctrl_c("nothing was written"), _progress() as bar:
         bar.add_task("attribute", total=None)
         result = do_attribute(inputs, baseline=baseline, ncu=ncu, group_by_nvtx=group_by_nvtx, focus=focus.value,

@@ -35,9 +35,33 @@ def unwritable(path: Path, exc: OSError) -> BadInputError:
 
 
 def check_target(path: str | Path) -> None:
-    """Refuse, before any work, an output that names a folder."""
-    if Path(path).is_dir():
+    """Refuse, before any work, an output file that cannot be written: a folder, a path below a file, a place where
+    no file can be made (read-only). A full disk shows only when the file is written."""
+    path = Path(path)
+    if path.is_dir():
         raise BadInputError(f"{path}: is a folder; give a file name to write to")
+    _probe(path, path.parent)
+
+
+def check_folder(path: str | Path) -> None:
+    """The same for a folder to write files into (made if need be)."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise BadInputError(f"{path}: is a file, not a folder; give a folder to write into")
+    _probe(path, path)
+
+
+def _probe(path: Path, folder: Path) -> None:
+    while not folder.exists() and folder != folder.parent:  # the nearest folder there is: where writing starts
+        folder = folder.parent
+    if not folder.is_dir():
+        raise unwritable(path, NotADirectoryError(errno.ENOTDIR, f"{folder} is not a folder"))
+    try:
+        fd, name = tempfile.mkstemp(dir=folder, prefix=".traceql-probe-")
+        os.close(fd)
+        os.unlink(name)
+    except OSError as exc:
+        raise unwritable(path, exc) from exc
 
 
 @contextlib.contextmanager

@@ -22,6 +22,7 @@ from ..errors import BadInputError, TraceqlError, UsageError
 from ..executor import Executor, run_units
 from ..executor import parse as parse_executor
 from ..ncu.ingest import FORMAT as NCU_FORMAT
+from ..output import check_target, replacing, unwritable
 from . import recipe as recipes
 from .recipe import Recipe, Section
 
@@ -65,12 +66,13 @@ class Report:
 
     def write(self, out: str | Path) -> Path:
         out = Path(out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile("w", dir=out.parent, prefix=f".{out.name}.", suffix=".tmp", delete=False,
-                                         encoding="utf-8") as tmp:
-            tmp.write(self.html())
-        Path(tmp.name).chmod(0o644)
-        Path(tmp.name).replace(out)  # atomic: a reader never sees half a page
+        try:
+            out.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise unwritable(out.parent, exc) from exc
+        page = self.html()
+        with replacing(out) as tmp:  # atomic: a reader never sees half a page
+            tmp.write_text(page, encoding="utf-8")
         return out
 
 
@@ -96,6 +98,8 @@ def report(inputs: Sequence[str | Path] | str | Path, out: str | Path | None = N
     if on_error not in ON_ERROR:
         raise UsageError(f"on_error {on_error!r}: choose raise or skip")
     rec = recipe if isinstance(recipe, Recipe) else recipes.load_kind(recipe, "runs")
+    if out is not None:
+        check_target(out)
     started = time.perf_counter()
     tmp = None
     if workdir is None and any(not store.is_store(p) for p in inputs):
@@ -211,6 +215,7 @@ def _map_run(rec: Recipe, dirs: list[Path], run_id: str, label: str, ncu_runs: l
         if rec.group_by_nvtx:
             group_by_nvtx(con, rec.group_by_nvtx)
         prepare(con)
+        store.lock_files(con)  # a recipe's own SQL reads the run's tables, never other files, and writes none
         out = []
         for s in rec.sections:
             tables = {}
