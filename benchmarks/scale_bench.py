@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import lzma
+import os
 import shutil
 import sqlite3
 import sys
@@ -111,7 +112,8 @@ def run_case(name: str, fn) -> dict:
     me = peaks.me.pid
     workers = [v for pid, v in peaks.peaks.items() if pid != me]
     row = {"case": name, "wall_s": round(wall, 1), "worker_peak_mib": round(max(workers)) if workers else None,
-           "client_peak_mib": round(peaks.peaks.get(me, 0.0))}
+           "client_peak_mib": round(peaks.peaks.get(me, 0.0)),
+           "load_avg_1min": round(os.getloadavg()[0], 1)}  # other work on the machine slows every case
     print(json.dumps(row), flush=True)
     return {"row": row, "result": result}
 

@@ -241,3 +241,35 @@ def test_report_on_a_local_cluster_equals_local(tmp_path, rank_files, cluster):
             for q in ref.tables:
                 assert mine.tables[q].equals(ref.tables[q]), (name, q)
             assert [(label, sorted(t)) for label, t in mine.per_run] == [(label, sorted(t)) for label, t in ref.per_run]
+
+
+def test_url_inputs(tmp_path, cluster):
+    """Traces named by URL: fetched by the unit that reads them, recorded by their URL; file:// URLs are paths."""
+    fsspec = pytest.importorskip("fsspec")
+    from traceql.errors import MissingInputError
+
+    mem = fsspec.filesystem("memory")
+    mem.pipe("/ranks/contention.sqlite.xz", (H200 / "contention.sqlite.xz").read_bytes())
+    for f in sorted((H200 / "contention_parquetdir").iterdir()):
+        mem.pipe(f"/ranks/contention_parquetdir/{f.name}", f.read_bytes())
+    urls = ["memory://ranks/contention.sqlite.xz", "memory://ranks/contention_parquetdir"]
+    infos = traceql.ingest(urls, tmp_path / "mem")
+    local = traceql.ingest([H200 / "contention.sqlite.xz", H200 / "contention_parquetdir"], tmp_path / "local")
+    assert [i.run_id for i in infos] == [i.run_id for i in local]  # the same bytes, the same runs
+    assert [i.source_path for i in infos] == urls
+    con = traceql.connect(tmp_path / "mem", views=False)
+    assert sorted(r[0] for r in con.sql("SELECT source_path FROM runs").fetchall()) == sorted(urls)
+    assert con.sql("SELECT count(*) FROM kernels").fetchall() == \
+        traceql.connect(tmp_path / "local", views=False).sql("SELECT count(*) FROM kernels").fetchall()
+    assert not list((tmp_path / "mem").glob(".tmp-*"))  # the copies are gone
+    with pytest.raises(MissingInputError, match="memory://ranks/nope.sqlite"):
+        traceql.ingest("memory://ranks/nope.sqlite", tmp_path / "mem")
+    # on the cluster: a file:// URL is a path every worker reads; memory:// is this process's memory, which a worker
+    # does not see: that rank fails, named, and the other finishes
+    failed: list[str] = []
+    on_dask = traceql.ingest([f"file://{H200 / 'contention.sqlite.xz'}", urls[0]], f"file://{tmp_path / 'dask'}",
+                             executor=dask_spec(cluster), on_error="skip",
+                             progress=lambda r, t: failed.append(f"{t}: {r}") if isinstance(r, Exception) else None)
+    assert [i.run_id for i in on_dask] == [local[0].run_id]
+    assert len(failed) == 1 and failed[0].startswith(urls[0]) and "no such file or folder" in failed[0]
+    assert list(store.read_manifest(tmp_path / "dask")["runs"]) == [local[0].run_id]

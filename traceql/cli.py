@@ -98,10 +98,11 @@ def _main(version: Annotated[bool, typer.Option("--version", help="Print the ver
 
 @app.command()
 def ingest(
-    traces: Annotated[list[Path], typer.Argument(help="nsys .sqlite exports, parquetdir exports, .nsys-rep reports or "
-                                                      "Nsight Compute .ncu-rep reports (also .xz).",
-                                                 show_default=False)],
-    out: Annotated[Path, typer.Option("-o", "--out", help="Run directory to create or add to.")],
+    traces: Annotated[list[str], typer.Argument(help="nsys .sqlite exports, parquetdir exports, .nsys-rep reports or "
+                                                     "Nsight Compute .ncu-rep reports (also .xz); paths or URLs "
+                                                     "(file://, or any fsspec protocol: s3://, memory://...).",
+                                                show_default=False)],
+    out: Annotated[str, typer.Option("-o", "--out", help="Run directory to create or add to (a path or file:// URL).")],
     allow_no_kernels: Annotated[bool, typer.Option(help="Ingest traces without CUDA kernels (NVTX/OS data only).")]
     = False,
     label: Annotated[list[str], typer.Option(help="KEY=VALUE label recorded with each run (repeatable).")] = [],  # noqa: B006

@@ -23,7 +23,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from . import __version__, output, schema, screen, store
+from . import __version__, output, schema, screen, store, urls
 from .errors import BadInputError, MissingInputError, TraceqlError, UsageError
 from .executor import Executor, run_units
 from .executor import parse as parse_executor
@@ -124,18 +124,20 @@ def _resolve_input(path: Path) -> tuple[Path, str]:
 
 def ingest_one(trace: str | Path, out: str | Path, *, require_kernels: bool = True,
                labels: dict[str, str] | None = None, power_file: str | Path | None = None,
-               index: bool = True) -> RunInfo:
+               index: bool = True, source: str | None = None) -> RunInfo:
     """Ingest one trace into the run directory ``out``. ``index=False`` leaves the manifest to the caller (a worker
-    of a distributed ingest writes only its run's own files)."""
+    of a distributed ingest writes only its run's own files). ``source``: what the run records as its source (the URL
+    a local copy was fetched from); by default the trace's resolved path."""
     from .ncu.ingest import ingest_ncu_report, is_ncu_report
 
     if is_ncu_report(trace):  # Nsight Compute: its own reader, the same run store
         return ingest_ncu_report(trace, out, labels=labels, index=index)
     trace, out = Path(trace), Path(out)
     path, fmt = _resolve_input(trace)
+    source = source or str(trace.resolve())
     ident = _Identity(path, out)
     # Waiting for the hash first keeps a repeated ingest cheap; otherwise the export is read meanwhile.
-    if fmt == "nsys-rep" or path.suffix in DECOMPRESSORS or ident.seen(trace):
+    if fmt == "nsys-rep" or path.suffix in DECOMPRESSORS or ident.seen(source):
         if (prior := ident.ingested()) is not None:
             return prior
     created = None if out.exists() else out  # removed again if nothing gets published into it
@@ -149,7 +151,7 @@ def ingest_one(trace: str | Path, out: str | Path, *, require_kernels: bool = Tr
             export = path
         try:
             info = _write_run(trace, export, fmt, ident, tmp, require_kernels, labels or {},
-                              Path(power_file) if power_file else None)
+                              Path(power_file) if power_file else None, source)
         except _Ingested as done:
             return done.info
         except TraceqlError as exc:  # name the user's file, not the export traceql made of it
@@ -196,10 +198,10 @@ class _Identity:
     def digest(self) -> str:
         return self._digest.result()
 
-    def seen(self, trace: Path) -> bool:
+    def seen(self, source: str) -> bool:
         """Whether a run of ``out`` came from this path (likely the same file again)."""
         runs = store.read_manifest(self.out)["runs"] if store.is_store(self.out) else {}
-        return any(r.get("source_path") == str(trace.resolve()) for r in runs.values())
+        return any(r.get("source_path") == source for r in runs.values())
 
     def ingested(self) -> RunInfo | None:
         """The run of ``out`` that holds this input, if any (waits for the hash)."""
@@ -236,11 +238,13 @@ def _power(power_file: Path, devices: pa.Table | None, session_start: int | None
 
 
 def _write_run(trace: Path, export: Path, fmt: str, ident: _Identity, tmp: Path,
-               require_kernels: bool, labels: dict[str, str], power_file: Path | None = None) -> RunInfo:
+               require_kernels: bool, labels: dict[str, str], power_file: Path | None = None,
+               source_name: str | None = None) -> RunInfo:
     source = open_source(export)
     con = duckdb.connect()
     con.execute("SET threads TO 2")
-    info = RunInfo("", str(trace.resolve()), "", fmt, labels=dict(labels))  # run_id and sha256: at the first write
+    source_name = source_name or str(trace.resolve())
+    info = RunInfo("", source_name, "", fmt, labels=dict(labels))  # run_id and sha256: at the first write
     try:
         adapter = adapter_for(source, con)
         meta = source.meta()
@@ -288,7 +292,7 @@ def _write_run(trace: Path, export: Path, fmt: str, ident: _Identity, tmp: Path,
                                 "run under `nsys profile -t cuda`? Pass --allow-no-kernels to ingest it anyway")
         gpu_names = ",".join(sorted(set(devices.column("name").to_pylist()))) if devices is not None else ""
         runs = pa.table({
-            "run_id": [info.run_id], "source_path": [str(trace.resolve())], "source_sha256": [info.sha256],
+            "run_id": [info.run_id], "source_path": [source_name], "source_sha256": [info.sha256],
             "source_bytes": [trace.stat().st_size if trace.is_file() else None], "format": [fmt],
             "tool": [meta.get("EXPORT_PRODUCT_NAME", "NVIDIA Nsight Systems")],
             "tool_version": [meta.get("EXPORT_PRODUCT_VERSION")],
@@ -342,7 +346,7 @@ def _encoded(col: pa.Array, type_: pa.DataType) -> pa.Array:
 
 def ingest(traces: Sequence[str | Path] | str | Path, out: str | Path, *, require_kernels: bool = True,
            labels: dict[str, str] | None = None, jobs: int = 1, on_error: str = "raise",
-           progress: Callable[[RunInfo | Exception, Path], None] | None = None,
+           progress: Callable[[RunInfo | Exception, Path | str], None] | None = None,
            executor: str | Executor | None = None) -> list[RunInfo]:
     """Ingest each trace into the run directory ``out``; return one RunInfo per trace, in the order given.
 
@@ -350,7 +354,9 @@ def ingest(traces: Sequence[str | Path] | str | Path, out: str | Path, *, requir
     ``local:N`` processes, ``dask://HOST:PORT``; ``jobs`` > 1 is ``local:jobs``); on Dask, each trace is read where
     a worker runs, so traces and ``out`` must be paths every worker sees (a shared file system). Workers write only
     their run's files; the manifest is indexed here, once they are done. ``on_error='skip'`` goes on past a bad
-    trace and reports each one through ``progress`` (as it completes, like every result).
+    trace and reports each one through ``progress`` (as it completes, like every result). A trace may be a URL
+    (``file://``, or any fsspec protocol, copied where its unit runs: :mod:`traceql.urls`); ``out`` a path or a
+    ``file://`` URL.
     """
     if isinstance(traces, str | Path):
         traces = [traces]
@@ -359,10 +365,11 @@ def ingest(traces: Sequence[str | Path] | str | Path, out: str | Path, *, requir
     if on_error not in ("raise", "skip"):
         raise UsageError(f"on_error {on_error!r}: choose raise or skip")
     ex = parse_executor(executor, jobs)
-    out = Path(out)
-    paths = [Path(t) for t in traces]
+    out = urls.as_local(out, "the run directory")
+    # a URL stays a URL (fetched by the unit that reads it), but a file:// one is a path
+    paths = [t if urls.is_url(t) and urls.local_path(t) is None else urls.as_local(t, "a trace") for t in traces]
     if ex.distributed:  # the workers' working directories are not ours
-        out, paths = out.resolve(), [p.resolve() for p in paths]
+        out, paths = out.resolve(), [p if isinstance(p, str) else p.resolve() for p in paths]
         store.reindex(out)  # the store exists (a readable, empty index) before the first run arrives
     kwargs = dict(require_kernels=require_kernels, labels=labels, index=not ex.distributed)
     results: dict[int, RunInfo] = {}
@@ -370,7 +377,7 @@ def ingest(traces: Sequence[str | Path] | str | Path, out: str | Path, *, requir
     try:
         for i, result in run_units(ex, _ingest_unit, calls, [str(t) for t in traces]):
             if progress:
-                progress(result, Path(traces[i]))
+                progress(result, traces[i] if urls.is_url(traces[i]) else Path(traces[i]))
             if isinstance(result, Exception):
                 if on_error == "raise":
                     raise result
@@ -382,5 +389,11 @@ def ingest(traces: Sequence[str | Path] | str | Path, out: str | Path, *, requir
     return [results[i] for i in sorted(results)]
 
 
-def _ingest_unit(trace: Path, out: Path, kwargs: dict) -> RunInfo:
-    return ingest_one(trace, out, **kwargs)
+def _ingest_unit(trace: Path | str, out: Path, kwargs: dict) -> RunInfo:
+    if isinstance(trace, Path):
+        return ingest_one(trace, out, **kwargs)
+    with urls.fetched(trace, out) as copy:  # another protocol: a local copy, where this unit runs
+        try:
+            return ingest_one(copy, out, source=trace, **kwargs)
+        except TraceqlError as exc:  # name the URL, not the copy
+            raise type(exc)(str(exc).replace(str(copy), trace)) from exc

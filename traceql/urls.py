@@ -1,0 +1,82 @@
+"""Inputs named by URL.
+
+``file://PATH`` is a local path. Any other fsspec protocol (``memory://``, ``s3://``, ``gs://``, ``https://``...; the
+protocol's own package, e.g. ``s3fs``, is needed) is copied, by the unit of work that reads it, into a staging
+folder of the run store (removed afterwards, or by the next ingest if the unit was killed) and read from there:
+SQLite and nsys need a local file, and DuckDB's httpfs extension cannot be installed offline. The run records the
+URL as its source.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+from .errors import BadInputError, MissingInputError, UsageError
+
+URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def is_url(value: str | Path) -> bool:
+    return isinstance(value, str) and bool(URL.match(value))
+
+
+def local_path(url: str) -> Path | None:
+    """The path of a ``file://`` URL; None for other protocols."""
+    parsed = urlparse(url)
+    return Path(unquote(parsed.path)) if parsed.scheme == "file" else None
+
+
+def as_local(value: str | Path, what: str) -> Path:
+    """A path for something that must be local (a run directory to write): a path, or a ``file://`` URL."""
+    if not is_url(value):
+        return Path(value)
+    path = local_path(str(value))
+    if path is None:
+        raise UsageError(f"{value}: {what} must be a local path or a file:// URL (a file system every worker "
+                         "mounts); object storage is read for inputs only")
+    return path
+
+
+@contextlib.contextmanager
+def fetched(url: str, scratch: Path) -> Iterator[Path]:
+    """A local copy of the file or folder at ``url``, in a staging folder under ``scratch``."""
+    from . import store
+
+    try:
+        import fsspec
+    except ImportError:
+        raise UsageError(f"{url}: reading URLs needs fsspec: pip install 'traceql[dask]' (or fsspec)") from None
+    try:
+        fs, path = fsspec.core.url_to_fs(url)
+    except (ImportError, ValueError) as exc:
+        raise UsageError(f"{url}: no file system for this URL ({exc}); install the fsspec package for its "
+                         "protocol") from None
+    scratch.mkdir(parents=True, exist_ok=True)
+    folder = Path(tempfile.mkdtemp(dir=scratch, prefix=f"{store.STAGING_PREFIX}{os.getpid()}@{store.HOST}~fetch-"))
+    try:
+        name = path.rstrip("/").rsplit("/", 1)[-1] or "input"
+        dest = folder / name
+        try:
+            if not fs.exists(path):
+                raise MissingInputError(f"{url}: no such file or folder (as seen from {store.HOST}, where this unit "
+                                        "runs)")
+            if fs.isdir(path):
+                fs.get(path.rstrip("/") + "/", str(dest) + "/", recursive=True)
+            else:
+                with fs.open(path, "rb") as src, open(dest, "wb") as dst:
+                    shutil.copyfileobj(src, dst, 1 << 22)
+        except MissingInputError:
+            raise
+        except OSError as exc:
+            raise BadInputError(f"{url}: cannot be read ({exc}); check the URL and the credentials of its file "
+                                "system") from exc
+        yield dest
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
