@@ -347,7 +347,8 @@ def findings_section(result) -> str:
         cells = defaultdict(list)
         for sw in sweeps:
             for c in sw:
-                cells[(c["op"], c["bytes"], c["max_ctas"])].append(c)
+                what = c["op"] if c["op"] is not None else f"{c['workload']} {c['config']}".strip()
+                cells[(what, c["bytes"], c["max_ctas"])].append(c)
         for (op, size, ctas), cs in sorted(cells.items(), key=lambda kv: (
                 str(kv[0][0]), kv[0][1] or 0, sum(c["comm_sms"] or 0 for c in kv[1]) / len(kv[1]))):
             sms = [c["comm_sms"] for c in cs if c["comm_sms"]]
@@ -359,7 +360,7 @@ def findings_section(result) -> str:
                         + [ci(result.average(f, cs), "avg", signed=f != "overlap_efficiency")
                            for f in ("comm_slowdown", "compute_slowdown", "seq_over_ovl", "overlap_efficiency")]
                         + [pct(sum(sm_vals) / len(sm_vals)) if sm_vals else "–"])
-        text.append(_md(rows, ["collective", "size", "NCCL_MAX_CTAS", "configurations (data types)",
+        text.append(_md(rows, ["collective (or workload)", "size", "NCCL_MAX_CTAS", "configurations",
                                "SMs held by NCCL", "collective alone (ms)", "comm_slowdown: average",
                                "compute_slowdown: average", "seq_over_ovl: average", "overlap_efficiency: average",
                                "sm part (breakdown, average)"]))
@@ -380,7 +381,8 @@ def findings_section(result) -> str:
         settings = len({c["max_ctas"] for sw in sweeps for c in sw})
         delta = [sw[-1]["compute_slowdown"] - sw[0]["compute_slowdown"] for sw in sweeps]
         text.append(
-            f"\n{n} sweep(s), each the same collective, data type and size at {settings} NCCL_MAX_CTAS settings. "
+            f"\n{n} sweep(s), each one configuration (the same collective, data type and size; or the same training "
+            f"job) at up to {settings} NCCL_MAX_CTAS settings. "
             f"From the fewest to the most SMs held by NCCL ({' / '.join(held)}), the "
             f"collective alone ran {min(speed):.1f}-{max(speed):.1f}x faster. The GEMM beside it lost more at every "
             f"step in {grew} of {n}; between the fewest and the most CTAs its loss grew beyond the intervals in {sep} "

@@ -131,6 +131,15 @@ def h200x2_store(tmp_path_factory) -> Path:
                        ["overlap", "train_ddp", "train_ddp_repeat", "train_fsdp2"])
 
 
+@pytest.fixture(scope="session")
+def h200x2_all_store(tmp_path_factory) -> Path:
+    """Every run committed in tests/data/h200x2 (whatever runs.json lists), ingested as h200x2_store is: what
+    docs/reproduction.md is generated from."""
+    from h200x2 import build_store
+
+    return build_store(tmp_path_factory.mktemp("h200x2_all") / "run")
+
+
 KNOWN_CAUSE = {"h100": DATA / "h100" / "known_cause.sqlite.xz", "h200": DATA / "h200" / "known_cause.sqlite.xz",
                "h200-6144": DATA / "h200" / "known_cause_6144.sqlite.xz"}
 

@@ -402,29 +402,33 @@ def test_recipe_reduce_is_checked():
 # -- real: the reproduction runs on 2 x H200 (tests/data/h200x2: the microbenchmark matrix, DDP and FSDP2 training) --
 
 @pytest.fixture(scope="module")
-def x2_paper(h200x2_store):
-    return paper(h200x2_store)
+def x2_paper(h200x2_all_store):
+    return paper(h200x2_all_store)
 
 
 def test_h200x2_training_modes_are_found_under_their_containers(x2_paper):
     """mode:NAME ranges hold per-step case:train;mode=NAME;step=N ranges: one configuration per run, each step one
     iteration, on both GPUs."""
+    from h200x2 import runs
+
+    commands = {name: labels["command"] for name, labels in runs().items()}
     train = [c for c in x2_paper.configs.to_pylist() if c["workload"] == "train"]
-    assert sorted(c["run"] for c in train) == ["train_ddp", "train_ddp_repeat", "train_fsdp2"]
+    assert sorted(c["run"] for c in train) == sorted(n for n, cmd in commands.items() if "collectors.train" in cmd)
     for c in train:
         assert (c["modes"], c["iterations"], c["gpus"], c["op"]) == ("compute,overlapped,sequential", 3, 2, None)
-        assert c["config"] == f"dim=6144;layers=12;parallel={'fsdp2' if 'fsdp2' in c['run'] else 'ddp'}"
+        parallel = commands[c["run"]].split("--parallel ")[1].split()[0]
+        assert c["config"] == f"dim=6144;layers=12;parallel={parallel}"
         _contains(c, "compute_slowdown")
     micro = [c for c in x2_paper.configs.to_pylist() if c["workload"] == "overlap"]
     assert len(micro) == 5 * 3 * 2 * 3 and {c["iterations"] for c in micro} == {12}
 
 
-def test_h200x2_training_compute_counts_the_backward_thread(x2_paper, h200x2_store):
+def test_h200x2_training_compute_counts_the_backward_thread(x2_paper, h200x2_all_store):
     """Autograd launches the backward kernels from its own thread: counted by process and launch time they are in
     the step; the compute slowdown then matches a recomputation straight from the tables."""
     import traceql
 
-    con = traceql.connect(h200x2_store, views=False)
+    con = traceql.connect(h200x2_all_store, views=False)
     rows = con.sql("""
         WITH steps AS (
             SELECT run_id, global_pid, global_tid, start_ns, end_ns, labels['mode'] AS mode
@@ -444,25 +448,25 @@ def test_h200x2_training_compute_counts_the_backward_thread(x2_paper, h200x2_sto
         FROM launched JOIN runs u USING (run_id) GROUP BY ALL""").fetchall()
     con.close()
     ours = {c["run"]: c["compute_slowdown"] for c in x2_paper.configs.to_pylist() if c["workload"] == "train"}
-    assert len(rows) == 3
+    assert len(rows) == len(ours) >= 3
     for run, s, other in rows:
         assert other > 1000  # the backward pass
         assert ours[run] == approx(s, abs=1e-12)
 
 
-def test_h200x2_training_power_agrees_with_range_energy(x2_paper, h200x2_store):
+def test_h200x2_training_power_agrees_with_range_energy(x2_paper, h200x2_all_store):
     """Mean power per mode from the counter changes inside the steps, against range_energy's interpolation of the same
     counter over the same step ranges (another method): inside our interval."""
     import traceql
 
-    con = traceql.connect(h200x2_store)
+    con = traceql.connect(h200x2_all_store)
     theirs = dict(((run, mode), w) for run, mode, w in con.sql("""
         SELECT json_extract_string(u.labels_json, '$.name'), n.labels['mode'], sum(e.energy_j) / sum(e.dur_ns / 1e9)
         FROM range_energy e JOIN nvtx n USING (run_id, global_tid, start_ns) JOIN runs u USING (run_id)
         WHERE e.case_name = 'train' GROUP BY ALL""").fetchall())
     con.close()
     modes = [m for m in x2_paper.modes.to_pylist() if m["workload"] == "train"]
-    assert len(modes) == 9
+    assert len(modes) == 3 * len({m["run"] for m in modes}) >= 9
     for m in modes:
         assert m["note"] is None and m["counter_updates"] >= 3
         assert m["mean_power_w_lo"] <= theirs[(m["run"], m["mode"])] <= m["mean_power_w_hi"], m

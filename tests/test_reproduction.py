@@ -20,7 +20,7 @@ DOC = REPO / "docs/reproduction.md"
 
 def test_reproduction_doc_is_what_the_committed_runs_give(request):
     data = reproduction.default_data()
-    store = request.getfixturevalue("h200x2_store") if data == "h200x2" else None
+    store = request.getfixturevalue("h200x2_all_store") if data == "h200x2" else None
     result, source = reproduction.compute(data, store)
     text = reproduction.generate(result, source)
     committed = DOC.read_text()
