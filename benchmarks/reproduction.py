@@ -537,15 +537,19 @@ def _training_finding(result, configs: list[dict], bd) -> str:
     text.append(_md(rows, ["run", "labels", "modes", "compute_slowdown", "seq_over_ovl", "overlap_ratio",
                            "mean_power_ovl_over_seq", "energy_seq_over_ovl", "cause of the overlapped compute's "
                            "slowdown"]))
+    # one job per set of labels, at the NCCL_MAX_CTAS most of them ran with (the CTA sweep is finding 1)
+    ctas = max(sorted({c["max_ctas"] for c in train}), key=lambda v: sum(c["max_ctas"] == v for c in train))
     by = defaultdict(list)
     for c in train:
-        by[c["config"]].append(c)
+        if c["max_ctas"] == ctas:
+            by[c["config"] or c["workload"]].append(c)
     if len(by) > 1:
         avg = {k: result.average("compute_slowdown", cs) for k, cs in by.items()}
         order = sorted(avg, key=lambda k: avg[k]["avg"])
         hi, lo = order[-1], order[0]
         sep = avg[lo]["avg_hi"] is not None and avg[hi]["avg_lo"] is not None and avg[lo]["avg_hi"] < avg[hi]["avg_lo"]
-        text.append(f"\n{hi} loses most to overlap ({ci(avg[hi], 'avg')}), {lo} least ({ci(avg[lo], 'avg')}); "
+        text.append(f"\nAt NCCL_MAX_CTAS={ctas}, {hi} loses most to overlap ({ci(avg[hi], 'avg')}), {lo} least "
+                    f"({ci(avg[lo], 'avg')}); "
                     + ("the intervals separate." if sep else "the intervals overlap, so these runs do not order them.")
                     + " (The paper reports FSDP slowing more than pipeline parallelism, per papers.md §1.4.)")
     return "\n".join(text)
