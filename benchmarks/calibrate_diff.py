@@ -9,7 +9,9 @@ Pairs of runs hold work that the difference between them cannot touch:
 * the H200 known-cause traces collected at two GEMM sizes (tests/data/h200/known_cause.sqlite.xz and
   known_cause_6144.sqlite.xz): activities that ran alone whose signature and case range are in both (copies,
   bandwidth-bound and sweep kernels, memsets);
-* repeated runs of one program (tests/data/h200x2, when present: pairs of runs of one configuration): every activity.
+* repeated runs of one program (tests/data/h200x2: runs with the same labels but name and time): compared with
+  traceql.diff over whole runs and per step, the widening each change of nothing needs beyond its bootstrap interval
+  (of signatures, of a GPU's time measures as a share of the step, of fractions).
 
 For each signature with 4 instances a side or more (the fewest for which a diff gives an interval): the shift of the
 median between the runs, relative and in ns. Work longer than ABS_NOISE_NS / RUN_NOISE must shift by less than
@@ -27,8 +29,9 @@ from pathlib import Path
 
 import numpy as np
 
+import traceql
 from traceql import store
-from traceql.diff import ABS_NOISE_NS, RUN_NOISE
+from traceql.diff import ABS_NOISE_NS, FRACTION_NOISE, RUN_NOISE, STEP_NOISE
 from traceql.ingest import ingest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -93,23 +96,54 @@ def main() -> None:
         report("H200 known-cause traces at two GEMM sizes, work alone in the same case range",
                shifts([known], runs, by_range=True, everything=False))
         if (H200X2 / "README.md").exists():
-            sys.path.insert(0, str(ROOT / "tests"))
-            from h200x2 import build_store
-            from h200x2 import runs as h200x2_runs
+            repeated_pairs(Path(tmp))
 
-            repeated = build_store(Path(tmp) / "h200x2")
-            con = store.connect(repeated, views=False)
-            names = dict(con.sql("SELECT json_extract_string(labels_json, '$.name'), run_id FROM runs").fetchall())
-            con.close()
-            labels = h200x2_runs()
-            configs: dict[str, list[str]] = {}
-            for name, lab in labels.items():  # runs of one configuration: the same labels but the name
-                configs.setdefault(repr(sorted((k, v) for k, v in lab.items() if k not in ("name", "collected_at"))),
-                                   []).append(names[name])
-            for members in configs.values():
-                if len(members) > 1:
-                    report(f"h200x2: repeated runs {', '.join(members)}, every activity",
-                           shifts([repeated], members, by_range=False, everything=True))
+
+def repeated_pairs(tmp: Path) -> None:
+    """Runs of one program (the same labels but name and time) compared with traceql.diff, whole runs and per step:
+    how far beyond its bootstrap interval each change of nothing reaches, i.e. the noise a diff must allow for."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from h200x2 import build_store
+    from h200x2 import runs as h200x2_runs
+
+    labels = h200x2_runs()
+    configs: dict[str, list[str]] = {}
+    for name, lab in labels.items():
+        configs.setdefault(repr(sorted((k, v) for k, v in lab.items() if k not in ("name", "collected_at"))),
+                           []).append(name)
+    for members in configs.values():
+        if len(members) < 2:
+            continue
+        repeated = build_store(tmp / "h200x2", members)
+        for a, b in itertools.combinations(members, 2):
+            for glob in (None, "case:*"):
+                d = traceql.diff(f"{repeated}@{a}", f"{repeated}@{b}", group_by_nvtx=glob)
+                print(f"\n## h200x2: {a} against {b} ({'per step, ' + glob if glob else 'whole runs'}): "
+                      f"the widening each change of nothing needs beyond its bootstrap interval")
+                needs = []
+                for r in d.kernels.to_pylist():
+                    if r["change_lo"] is None:
+                        continue
+                    used = max(RUN_NOISE, ABS_NOISE_NS / r["dur_a_ns"])
+                    need = max(0.0, r["change_lo"] + used, -(r["change_hi"] - used))
+                    needs.append((need, r["device"], (r["short_name"] or "")[:44], r["n_a"], (r["nvtx"] or "")[:40]))
+                for need, dev, name, n, nvtx in sorted(needs, reverse=True)[:5]:
+                    print(f"  signature {need:7.2%}  {dev} {name} n {n} {nvtx}")
+                print(f"  largest: {max(n[0] for n in needs):.2%} (RUN_NOISE = {RUN_NOISE:.0%}); "
+                      f"{sum(r['significant'] for r in d.kernels.to_pylist())} significant signatures")
+                for m in d.metrics.to_pylist():
+                    if m["lo"] is None or m["unit"] not in ("ms", ""):
+                        continue
+                    if m["unit"] == "":
+                        used, scale, what = FRACTION_NOISE, 1.0, f"(FRACTION_NOISE = {FRACTION_NOISE})"
+                    else:
+                        step = next(x for x in d.metrics.to_pylist() if x["device"] == m["device"]
+                                    and x["metric"] == ("step_ms" if glob else "span_ms"))
+                        scale = max(step["a"], step["b"])
+                        used, what = STEP_NOISE * scale, f"of the step (STEP_NOISE = {STEP_NOISE:.0%})"
+                    need = max(0.0, m["lo"] + used, -(m["hi"] - used)) / scale
+                    if need > 0 or m["metric"] in ("step_ms", "span_ms", "hidden_comm_fraction"):
+                        print(f"  {m['device']} {m['metric']:<21} change {m['delta']:+10.4f}  needs {need:.4f} {what}")
 
 
 if __name__ == "__main__":

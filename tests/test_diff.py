@@ -396,3 +396,61 @@ def test_real_cli_diff_with_gates(tmp_path):
     assert "env.NCCL_MAX_CTAS 2 -> 8" in out and "gate 'exposed_comm_ms.delta < 0': ok" in out
     assert "gate 'span_ms.rel > 0' violated on GPU 0" in out and "gate 'span_ms.rel > 0' violated on GPU 1" in out
     assert "name (grid 2x1x1 -> 8x1x1)" in out
+
+
+# --- real runs: DDP training on 2 x H200 twice, and with NCCL_MAX_CTAS=2 (tests/data/h200x2) -----------------------
+
+
+@pytest.fixture(scope="module")
+def ddp_repeat(h200x2_all_store):
+    return diff(f"{h200x2_all_store}@train_ddp", f"{h200x2_all_store}@train_ddp_repeat", group_by_nvtx="case:train*")
+
+
+@pytest.fixture(scope="module")
+def ddp_ctas2(h200x2_all_store):
+    return diff(f"{h200x2_all_store}@train_ddp", f"{h200x2_all_store}@train_ddp_ctas2", group_by_nvtx="case:train*")
+
+
+def test_real_training_run_twice_is_no_significant_change(ddp_repeat):
+    """The same DDP program run twice, both GPUs at their power limit: nothing is reported as changed, although the
+    optimizer's kernels moved by up to 9% within a step and an all-reduce by 13% between the runs."""
+    assert [v["changed"] for v in ddp_repeat.verdicts] == [False, False]
+    assert all("no significant change" in v["text"] for v in ddp_repeat.verdicts)
+    rows = ddp_repeat.kernels.to_pylist()
+    assert len(rows) > 500 and {r["match"] for r in rows} == {"exact"}
+    assert not any(r["significant"] for r in rows)
+    assert max(abs(r["change"]) for r in rows if r["short_name"] == "multi_tensor_apply_kernel") > 0.05
+    assert {(c["key"]) for c in ddp_repeat.label_changes} == {"name", "collected_at"}
+    for r in ddp_repeat.summary.to_pylist():
+        assert r["steps_a"] == r["steps_b"] == 9
+        assert r["step_ms_lo"] < 0 < r["step_ms_hi"] and abs(r["step_ms_rel"]) < 0.02
+        assert not any(r[f"{m}_significant"] for m in ("compute_ms", "comm_ms", "exposed_comm_ms", "energy_j"))
+
+
+def test_real_training_run_with_nccl_max_ctas_2_names_the_change(ddp_ctas2):
+    changes = {c["key"]: (c["a"], c["b"]) for c in ddp_ctas2.label_changes}
+    assert changes["env.NCCL_MAX_CTAS"] == (None, "2")
+    nccl = [r for r in ddp_ctas2.kernels.to_pylist() if r["kind"] == "comm" and r["match"] == "name"]
+    assert {r["device"] for r in nccl} == {"GPU 0", "GPU 1"}
+    for r in nccl:
+        assert "grid 2x1x1" in r["launch_b"] and "grid 2x1x1" not in r["launch_a"]
+        assert r["direction"] == "slower" and r["change_lo"] > 2, r  # at least 3x as long with 2 CTAs
+    for r in ddp_ctas2.summary.to_pylist():
+        assert r["changed"] and "ncclDevKernel_AllReduce" in r["verdict"]
+        assert r["step_ms_significant"] and r["step_ms_lo"] > 0
+        assert r["exposed_comm_ms_significant"] and r["exposed_comm_ms_lo"] > 0
+    for device in ("GPU 0", "GPU 1"):
+        rows = [r for r in ddp_ctas2.waterfall.to_pylist() if r["device"] == device]
+        assert sum(r["delta_ms"] for r in rows[1:-1]) == pytest.approx(rows[-1]["end_ms"] - rows[0]["end_ms"])
+        assert max(rows[1:-1], key=lambda r: abs(r["delta_ms"]))["item"] == "exposed communication"
+
+
+def test_real_gates_pass_on_the_repeated_run_and_fail_on_the_changed_one(h200x2_all_store):
+    gate = ["--gate", "slower_signatures == 0 and faster_signatures == 0", "--gate", "exposed_comm_ms.lo < 5"]
+    rc, out, err = run_cli("diff", f"{h200x2_all_store}@train_ddp", f"{h200x2_all_store}@train_ddp_repeat", *gate,
+                           timeout=600)
+    assert rc == 0, out + err
+    assert "gate 'slower_signatures == 0 and faster_signatures == 0': ok" in out
+    rc, out, err = run_cli("diff", f"{h200x2_all_store}@train_ddp", f"{h200x2_all_store}@train_ddp_ctas2", *gate,
+                           timeout=600)
+    assert rc == 1 and "gate 'slower_signatures == 0 and faster_signatures == 0' violated on GPU 0" in out, out + err

@@ -14,12 +14,14 @@ from .diff import (
     ABS_NOISE_NS,
     ATTR_FIELDS,
     DIFF_METRICS,
+    FRACTION_NOISE,
     LEVEL,
     MAX_N,
     MIN_N,
     N_BOOT,
     RUN_NOISE,
     SIDE_METRICS,
+    STEP_NOISE,
     WATERFALL,
     Diff,
     Side,
@@ -200,9 +202,10 @@ def _attr_of(index: dict, s: dict | None) -> tuple[dict, bool]:
     return out, mixture
 
 
-def change_interval(da: np.ndarray, db: np.ndarray, mixture: bool) -> tuple[str, float, float, float, float, float]:
+def change_interval(da: np.ndarray, db: np.ndarray, mixture: bool,
+                    noise: float = RUN_NOISE) -> tuple[str, float, float, float, float, float]:
     """(statistic, centre A, centre B, change, lo, hi): B over A - 1 with its 95% interval, widened on both sides by the
-    run-to-run noise (RUN_NOISE, or ABS_NOISE_NS of A's centre when that is larger).
+    run-to-run noise (``noise``, RUN_NOISE for a signature, or ABS_NOISE_NS of A's centre when that is larger).
 
     With MIN_N values or more a side: the ratio of medians (of means for several kinds of work) and its bootstrap
     interval. With fewer, where a bootstrap is too narrow: the median of the pairwise ratios and the exact Mann-Whitney
@@ -221,7 +224,7 @@ def change_interval(da: np.ndarray, db: np.ndarray, mixture: bool) -> tuple[str,
     else:
         name, ca, cb = "median", float(np.median(da)), float(np.median(db))
         s, lo, hi = stats.slowdown_ci(da, db, key=key, level=LEVEL, n_boot=N_BOOT, max_n=MAX_N)
-    noise = max(RUN_NOISE, ABS_NOISE_NS / ca) if ca > 0 else NAN
+    noise = max(noise, ABS_NOISE_NS / ca) if ca > 0 else NAN
     return name, ca, cb, s, lo - noise, hi + noise
 
 
@@ -300,7 +303,7 @@ def metric(a: np.ndarray | float | None, b: np.ndarray | float | None, key: tupl
            a_int: tuple | None = None, b_int: tuple | None = None, noise: float | None = None) -> dict:
     """One summary metric: the mean over steps on each side (or one value per side), the change b - a and its 95%
     interval (MOVER from each side's interval when given; a bootstrap over steps when both sides have MIN_N or more;
-    else the point: one measurement per run), widened by RUN_NOISE of the larger side; significant when the interval
+    else the point: one measurement per run), widened by STEP_NOISE of the larger side; significant when the interval
     excludes 0."""
     va = _values(a)
     vb = _values(b)
@@ -317,7 +320,7 @@ def metric(a: np.ndarray | float | None, b: np.ndarray | float | None, key: tupl
     else:
         d, lo, hi = mb - ma, mb - ma, mb - ma
     if noise is None:
-        noise = RUN_NOISE * max(abs(ma), abs(mb))
+        noise = STEP_NOISE * max(abs(ma), abs(mb))
     lo, hi = lo - noise, hi + noise
     return dict(a=ma * scale, b=mb * scale, delta=d * scale, rel=_f(mb / ma - 1) if ma else None,
                 lo=_f(lo * scale), hi=_f(hi * scale), significant=_significant(lo, hi))
@@ -374,7 +377,7 @@ def device_metrics(pair: dict, a: Side, b: Side, grouped: bool) -> tuple[dict, d
                        delta=(n_b - n_a) if grouped else None, rel=None, lo=None, hi=None, significant=None)}
     ms = 1e-6
     # the parts of a step move against each other: their run-to-run noise is a share of the step, not of themselves
-    step_noise = RUN_NOISE * max([float(np.mean(x)) for x in (wa["len"], wb["len"]) if len(x)] or [0.0])
+    step_noise = STEP_NOISE * max([float(np.mean(x)) for x in (wa["len"], wb["len"]) if len(x)] or [0.0])
     m["step_ms"] = metric(wa["len"] if grouped and n_a else None, wb["len"] if grouped and n_b else None,
                           (*key, "step"), scale=ms)
     m["span_ms"] = metric(sa["len"], sb["len"], (*key, "span"), scale=ms)
@@ -383,7 +386,7 @@ def device_metrics(pair: dict, a: Side, b: Side, grouped: bool) -> tuple[dict, d
         m[name] = metric(wa[part] if n_a else None, wb[part] if n_b else None, (*key, part), scale=ms,
                          noise=step_noise)
     m["hidden_comm_fraction"] = metric(_ratio(wa["overlap"], wa["comm"]), _ratio(wb["overlap"], wb["comm"]),
-                                       (*key, "hidden"), noise=RUN_NOISE)
+                                       (*key, "hidden"), noise=FRACTION_NOISE)
     ea = a.energy.get((pair["run_a"], pair["device_id"])) if n_a else None
     eb = b.energy.get((pair["run_b"], pair["device_id"])) if n_b else None
     per = [(n_a or 1) if grouped else 1, (n_b or 1) if grouped else 1]
@@ -398,9 +401,9 @@ def device_metrics(pair: dict, a: Side, b: Side, grouped: bool) -> tuple[dict, d
                                   noise=step_noise * ms)
     cs = [_slowdown_interval(x) for x in (la, lb)]
     m["compute_slowdown"] = metric(cs[0][0], cs[1][0], (*key, "cs"), a_int=cs[0][1], b_int=cs[1][1],
-                                   noise=RUN_NOISE)
+                                   noise=FRACTION_NOISE)
     m["overlap_fraction"] = metric(la.get("overlap_fraction"), lb.get("overlap_fraction"), (*key, "of"),
-                                   noise=RUN_NOISE)
+                                   noise=FRACTION_NOISE)
     causes = {c: [_by_cause(x, c, p) for x, p in ((la, per_a), (lb, per_b))] for c in (*CAUSES, "unexplained")}
     return m, causes, {"a": per_a, "b": per_b}
 
@@ -475,7 +478,7 @@ def step_rows(pair: dict, a: Side, b: Side, norm) -> list[dict]:
         if ib.any():
             row["step_b_ms"] = float(np.median(wb["len"][ib])) / 1e6
         if ia.any() and ib.any():
-            _, _, _, c, lo, hi = change_interval(wa["len"][ia], wb["len"][ib], False)
+            _, _, _, c, lo, hi = change_interval(wa["len"][ia], wb["len"][ib], False, STEP_NOISE)
             row.update(change=_f(c), change_lo=_f(lo), change_hi=_f(hi))
             row["significant"] = _significant(row["change_lo"], row["change_hi"])
         out.append(row)
