@@ -1292,7 +1292,7 @@ def _sql_out_folder(env):
     return _sql_out(env, d, "--format", "csv")
 
 
-@case("sql", "-o below a regular file", words="cannot write here")
+@case("sql", "-o below a regular file", words=("not a folder", "give a folder"))
 def _sql_out_under_file(env):
     f = written(env, "notes.txt", b"x")
     return _sql_out(env, f / "out.csv", "--format", "csv", watch=[f, env.tmp])
@@ -1491,7 +1491,7 @@ def _attr_out_is_file(env):
     return _attribute(env, env.inputs["synthetic"], "-o", f, named=f)
 
 
-@case("attribute", "-o below a regular file", words=("cannot write here", "not a folder"))
+@case("attribute", "-o below a regular file", words=("not a folder", "give a folder"))
 def _attr_out_under_file(env):
     f = written(env, "results", b"x")
     return _attribute(env, env.inputs["synthetic"], "-o", f / "sub", named=f / "sub")
@@ -1680,7 +1680,7 @@ def _rep_out_folder(env):
     return _report(env, env.inputs["synthetic"], out=d, named=d)
 
 
-@case("report", "-o below a regular file", words="cannot write here")
+@case("report", "-o below a regular file", words=("not a folder", "give a folder"))
 def _rep_out_under_file(env):
     f = written(env, "notes", b"x")
     return _report(env, env.inputs["synthetic"], out=f / "r.html", named=f)
@@ -1702,3 +1702,190 @@ def _rep_out_full(env):
     out = env.path("report.html")
     return env.child(["report", env.inputs["synthetic"], "-o", out], named=out, watch=[env.tmp],
                      preexec=_file_size_limit(200_000))
+
+
+# -- collect ---------------------------------------------------------------------------------------------------------
+
+BROKEN_SMI = ("#!/bin/sh\necho \"NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\"\n"
+              "exit 9\n")
+
+
+def _no_gpu(env) -> dict[str, str]:
+    """An environment whose nvidia-smi reaches no driver: no GPU, whatever machine the suite runs on."""
+    bin_dir = env.path("bin")
+    bin_dir.mkdir(exist_ok=True)
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text(BROKEN_SMI)
+    smi.chmod(0o755)
+    return {"PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
+
+
+def _collect(env, *args, named=(), out: Path | None = None, env_vars=None) -> Run:
+    out = out or env.path("store")
+    extra = {**_no_gpu(env), **(env_vars or {})}
+    return env.cli("collect", "-o", out, *args, named=named, watch=[env.tmp], env=extra)
+
+
+def _with_nsys() -> None:
+    from conftest import _nsys_or_skip
+
+    _nsys_or_skip()
+
+
+@case("collect", "no program after --", words="Missing argument")
+def _col_no_program(env):
+    return _collect(env, named="--")
+
+
+@case("collect", "a program path that does not exist", words="no such file")
+def _col_program_missing(env):
+    p = env.path("nope.sh")
+    return _collect(env, "--", p, named=p)
+
+
+@case("collect", "a program name not on PATH", words="command not found")
+def _col_program_not_on_path(env):
+    return _collect(env, "--", "traceql-no-such-program", named="traceql-no-such-program")
+
+
+@case("collect", "a program file that is not executable", words="not an executable file")
+def _col_program_not_executable(env):
+    p = written(env, "train.py", b"print('hi')\n")
+    return _collect(env, "--", p, named=p)
+
+
+@case("collect", "a folder given as the program", words="not an executable file")
+def _col_program_folder(env):
+    d = env.path("prog")
+    d.mkdir()
+    return _collect(env, "--", d, named=d)
+
+
+@case("collect", "--name with a folder in it", words="give a file name")
+def _col_name_slash(env):
+    return _collect(env, "--name", "a/b", "--", "true", named="a/b")
+
+
+@case("collect", "--name with %p (the pid, unknown before the program starts)", words="%q{VAR}")
+def _col_name_pid(env):
+    return _collect(env, "--name", "run-%p", "--", "true", named="run-%p")
+
+
+@case("collect", "--name with %q{VAR} of a variable that is not set", words="not set")
+def _col_name_unset_var(env):
+    return _collect(env, "--name", "rank%q{TRACEQL_NO_SUCH_VAR}", "--", "true", named="TRACEQL_NO_SUCH_VAR")
+
+
+@case("collect", "--name with a literal percent sign (%%): the report gets that name", expect=0,
+      words="run ")
+def _col_name_percent(env):
+    run = _collect_child(env, [sys.executable, str(Path(__file__).resolve().parent.parent / "collectors" /
+                                                  "cpu_nvtx.py")], "--name", "100%%-cpu")
+    if not (env.path("store") / "reports" / "100%-cpu.nsys-rep").is_file():
+        run.err += "\ntraceql: expected the report reports/100%-cpu.nsys-rep"
+        run.rc = 99
+    return run
+
+
+@case("collect", "--nsys-args that set the output", words="--name and --out")
+def _col_nsys_args_output(env):
+    return _collect(env, "--nsys-args", "-o elsewhere", "--", "true", named="--nsys-args")
+
+
+@case("collect", "--nsys-args with an unbalanced quote", words="quote it as a shell would")
+def _col_nsys_args_quote(env):
+    return _collect(env, "--nsys-args", "--env-var='A=1", "--", "true", named="--nsys-args")
+
+
+@case("collect", "--ncu-args with an unbalanced quote", words="quote it as a shell would")
+def _col_ncu_args_quote(env):
+    return _collect(env, "--ncu", "--ncu-args", '--nvtx-include "x', "--", "true", named="--ncu-args")
+
+
+@case("collect", "a label that is not KEY=VALUE", words="KEY=VALUE")
+def _col_label(env):
+    return _collect(env, "--label", "oops", "--", "true", named="oops")
+
+
+@case("collect", "--gpu-metrics without a GPU (nvidia-smi reaches no driver)", words="run without --gpu-metrics")
+def _col_gpu_metrics_no_gpu(env):
+    return _collect(env, "--gpu-metrics", "--", "true", named="--gpu-metrics")
+
+
+@case("collect", "--power without a GPU", words="run without --power")
+def _col_power_no_gpu(env):
+    return _collect(env, "--power", "--", "true", named="--power")
+
+
+@case("collect", "--ncu without a GPU", words="run without --ncu")
+def _col_ncu_no_gpu(env):
+    return _collect(env, "--ncu", "--", "true", named="--ncu")
+
+
+@case("collect", "TRACEQL_NSYS naming no executable", words="set TRACEQL_NSYS")
+def _col_nsys_env(env):
+    return _collect(env, "--", "true", env_vars={"TRACEQL_NSYS": "/nonexistent/nsys"}, named="/nonexistent/nsys")
+
+
+@case("collect", "an unknown --clock-control", words="'none', 'base', 'reset'")
+def _col_clock_control(env):
+    return _collect(env, "--ncu", "--clock-control", "turbo", "--", "true", named="turbo")
+
+
+@case("collect", "a negative --timeout", words="positive number of seconds")
+def _col_timeout_negative(env):
+    return _collect(env, "--timeout", "-5", "--", "true", named="-5")
+
+
+@case("collect", "-o names a regular file", words=("not a folder", "give a folder"))
+def _col_out_file(env):
+    f = written(env, "store", b"x")
+    return _collect(env, "--", "true", out=f, named=f)
+
+
+@case("collect", "-o on a read-only file system (/sys)", words="cannot write here")
+def _col_out_read_only(env):
+    return _collect(env, "--", "true", out=Path("/sys/traceql-runs"), named="/sys/traceql-runs")
+
+
+def _collect_child(env, program: list[str], *args, run=None, timeout: float = 180) -> Run:
+    _with_nsys()
+    out = env.path("store")
+    return env.child(["collect", "-o", out, *args, "--", *program], env=_no_gpu(env), run=run, timeout=timeout,
+                     watch=[out], grow=[out])
+
+
+@case("collect", "a program that crashes with exit code 3: the code passed on, the report kept", expect=3,
+      words=("exited with code 3", "report was kept"))
+def _col_program_crashes(env):
+    return _collect_child(env, [sys.executable, "-c", "import sys; print('working'); sys.exit(3)"])
+
+
+@case("collect", "a program killed by a signal (SIGSEGV): 128 + 11 passed on, the report kept", expect=139,
+      words=("exited with code 139", "report was kept"))
+def _col_program_segfaults(env):
+    return _collect_child(env, [sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)"])
+
+
+@case("collect", "a program that forks a child and leaves it running: the child is ended", expect=0,
+      words="still running after nsys exited")
+def _col_program_forks(env):
+    code = "import subprocess; subprocess.Popen(['sleep', '300']); print('parent done')"
+    return _collect_child(env, [sys.executable, "-c", code])
+
+
+@case("collect", "Ctrl-C while the program runs: exit 130, the partial report kept", expect=130,
+      words=("interrupted", "report was kept"))
+def _col_ctrl_c(env):
+    def interrupt(proc):
+        _wait_for(lambda: any(env.path("store").glob("reports/*")), timeout=60)
+        time.sleep(3)  # nsys and the program are up
+        proc.send_signal(signal.SIGINT)
+
+    return _collect_child(env, ["sleep", "120"], run=interrupt)
+
+
+@case("collect", "a program that runs past --timeout: exit 124, the partial report kept", expect=124,
+      words=("--timeout of 2 s", "report was kept"))
+def _col_timeout(env):
+    return _collect_child(env, ["sleep", "120"], "--timeout", "2")

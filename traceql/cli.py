@@ -380,14 +380,13 @@ def collect(
 
     Exit code: the program's; 124 if --timeout ended it, 130 on Ctrl-C (report kept); 2 bad input.
     """
-    import shlex
 
     from .collect import collect as do_collect
 
     result = do_collect(cmd, out, name=name, gpu_metrics=gpu_metrics, power=power, ncu=ncu,
-                        nsys_args=shlex.split(nsys_args), timeout=timeout, labels=_parse_labels(label),
+                        nsys_args=_split_args("--nsys-args", nsys_args), timeout=timeout, labels=_parse_labels(label),
                         kernels_regex=kernels, nvtx_include=nvtx_include, clock_control=clock_control.value,
-                        ncu_args=shlex.split(ncu_args), log=lambda line: typer.echo(line, err=True),
+                        ncu_args=_split_args("--ncu-args", ncu_args), log=lambda line: typer.echo(line, err=True),
                         step=_step)
     for msg in result.messages:
         _err(msg)
@@ -460,6 +459,16 @@ def schema_cmd() -> None:
         typer.echo(f"{first}")
         for col, typ in header_columns(sql):
             typer.echo(f"  {col:<24} {typ}")
+
+
+def _split_args(option: str, text: str) -> list[str]:
+    """A string of extra flags, split as a shell would; unbalanced quotes are a usage error naming the option."""
+    import shlex
+
+    try:
+        return shlex.split(text)
+    except ValueError as exc:
+        raise TraceqlErrorUsage(f"{option} {text!r}: {exc}; quote it as a shell would") from None
 
 
 def _parse_labels(items: list[str]) -> dict[str, str]:

@@ -28,6 +28,7 @@ from . import proctree, store
 from .errors import BadInputError, NsysNotFoundError, TraceqlError, UsageError
 from .ncu.derive import FLOP_OPS, SASS_COUNT
 from .nsys.locate import INSTALL_GLOBS, candidates, find_nsys, nsys_version
+from .output import check_folder
 
 ENV_RECORDED = re.compile(r"^(NCCL_|CUDA_|TORCH_|NVSHMEM_|OMP_NUM_THREADS$|WORLD_SIZE$|LOCAL_WORLD_SIZE$|MASTER_"
                           r"|RANK$|LOCAL_RANK$|SLURM_(JOB_ID|PROCID|NODEID|NNODES)$)")
@@ -186,7 +187,10 @@ def collect(cmd: list[str], out: str | Path = "traceql-runs", *, name: str | Non
     """
     if not cmd:
         raise UsageError("give the program to profile after --: traceql collect -- python train.py")
+    if timeout is not None and not timeout > 0:
+        raise UsageError(f"--timeout {timeout:g}: give a positive number of seconds")
     _check_program(cmd)
+    check_folder(Path(out) / "reports")  # before the program runs, not after
     if {a.split("=", 1)[0] for a in nsys_args or ()} & {"-o", "--output"}:
         raise UsageError("--nsys-args must not set -o/--output: traceql names the report (use --name and --out)")
     have_gpu = gpus_present()
@@ -215,7 +219,7 @@ def collect(cmd: list[str], out: str | Path = "traceql-runs", *, name: str | Non
     all_labels = {**environment_labels(cmd), **(labels or {}), "name": name, "nsys": ".".join(map(str, version))}
     reports.mkdir(parents=True, exist_ok=True)
     base = reports / name
-    full = [nsys, "profile", *flags, *(nsys_args or []), "-o", str(base), *cmd]
+    full = [nsys, "profile", *flags, *(nsys_args or []), "-o", str(base).replace("%", "%%"), *cmd]  # expanded already
     log("traceql: " + shlex.join(full))
     if not have_gpu:
         log("traceql: no NVIDIA GPU found: collecting CPU, OS runtime and NVTX activity only")
@@ -317,7 +321,7 @@ def ncu_command(ncu: str, base: Path, cmd: list[str], *, kernels_regex: str | No
         full += ["--section", section]
     if nvtx_include:
         full += ["--nvtx", "--nvtx-include", nvtx_include]
-    return [*full, *(ncu_args or []), "-f", "-o", str(base), *cmd]
+    return [*full, *(ncu_args or []), "-f", "-o", str(base).replace("%", "%%"), *cmd]  # --name is expanded already
 
 
 def _collect_ncu(cmd, base: Path, timeout, kernels_regex, nvtx_include, clock_control, log, *,

@@ -55,7 +55,7 @@ def _probe(path: Path, folder: Path) -> None:
     while not folder.exists() and folder != folder.parent:  # the nearest folder there is: where writing starts
         folder = folder.parent
     if not folder.is_dir():
-        raise unwritable(path, NotADirectoryError(errno.ENOTDIR, f"{folder} is not a folder"))
+        raise BadInputError(f"{path}: {folder} is a file, not a folder; give a folder to write into")
     try:
         fd, name = tempfile.mkstemp(dir=folder, prefix=".traceql-probe-")
         os.close(fd)
