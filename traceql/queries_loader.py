@@ -47,22 +47,37 @@ def header_columns(sql: str) -> list[tuple[str, str]]:
 
 
 def create_views(con: duckdb.DuckDBPyConnection) -> list[str]:
-    """Create every view; a view whose dependencies do not exist yet is retried after the others."""
-    pending = [(name.removesuffix(".sql"), sql) for name, sql in query_files()]
-    created: list[str] = []
-    while pending:
-        failed = []
-        for view, sql in pending:
-            try:
-                con.execute(f'CREATE OR REPLACE VIEW "{view}" AS {sql.strip().rstrip(";")}')
-                created.append(view)
-            except duckdb.CatalogException as exc:
-                failed.append((view, sql, exc))
-        if len(failed) == len(pending):
-            view, _, exc = failed[0]
-            raise RuntimeError(f"query view {view} cannot be created: {exc}")
-        pending = [(v, s) for v, s, _ in failed]
-    return created
+    """Create every view; a view whose dependencies do not exist yet is retried after the others.
+
+    DuckDB binds a view when it is created, expanding every view it reads, so creating a deep chain of views one
+    over the other costs far more than each view's own SQL (seconds for the analysis views). Each view is therefore
+    bound against stand-ins of the views it reads (empty tables of their columns) and given its real definition
+    afterwards, downstream first, while what it reads is still a stand-in: every definition is bound once, alone.
+    """
+    pending = [(name.removesuffix(".sql"), sql.strip().rstrip(";")) for name, sql in query_files()]
+    created: list[tuple[str, str]] = []
+    try:
+        while pending:
+            failed = []
+            for view, sql in pending:
+                try:
+                    con.execute(f'CREATE OR REPLACE VIEW "{view}" AS {sql}')
+                except duckdb.CatalogException as exc:
+                    failed.append((view, sql, exc))
+                    continue
+                created.append((view, sql))
+                con.execute(f'CREATE OR REPLACE TEMP TABLE "_stand_in_{view}" AS SELECT * FROM "{view}" LIMIT 0')
+                con.execute(f'CREATE OR REPLACE VIEW "{view}" AS SELECT * FROM temp."_stand_in_{view}"')
+            if len(failed) == len(pending):
+                view, _, exc = failed[0]
+                raise RuntimeError(f"query view {view} cannot be created: {exc}")
+            pending = [(v, s) for v, s, _ in failed]
+    finally:
+        for view, sql in reversed(created):
+            con.execute(f'CREATE OR REPLACE VIEW "{view}" AS {sql}')
+        for view, _ in created:
+            con.execute(f'DROP TABLE IF EXISTS temp."_stand_in_{view}"')
+    return [view for view, _ in created]
 
 
 # DuckDB expands a view at every reference, so a chain of views that each read the one before recomputes the whole
