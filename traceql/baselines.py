@@ -16,6 +16,8 @@ Everything is deterministic: groups are processed in sorted order and every rand
 from __future__ import annotations
 
 import hashlib
+import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import duckdb
@@ -132,20 +134,36 @@ def compute(con: duckdb.DuckDBPyConnection, external: External | None = None,
     cut = np.ones(n, dtype=bool)
     cut[1:] = (run[1:] != run[:-1]) | (dev[1:] != dev[:-1]) | (sig[1:] != sig[:-1])
     bounds = np.append(np.flatnonzero(cut), n)
-    pool_id = 0
-    for a, b in zip(bounds[:-1], bounds[1:], strict=True):
+
+    def signature(a: int, b: int) -> list[tuple[np.ndarray, list[tuple[dict, np.ndarray]]]]:
+        """The pools one signature becomes, each with its rows (group ids are given afterwards, in order)."""
         ext = None
         if external is not None and gpu_names is not None:
             ext = external.durations.get((gpu_names.get((run[a], int(dev[a])), ""), int(sig[a])))
+        pools = []
         for sub, pool, split, conflated in _split(np.arange(a, b), f):
             base = _baseline(pool, f, ext, bool(external and external.replace), conflated)
-            inst["pool_id"][pool] = pool_id
-            pool_id += 1
             nv = f["nvtx"][pool]
+            pool_rows = []
             for group in sorted(set(nv), key=lambda v: (v is not None, v or "")):
                 idx = pool[np.array([v == group for v in nv])]
                 key = (run[a], int(dev[a]), group, int(sig[a]), sub)
-                rows.append(_row(len(rows), key, split, conflated, idx, f, base, inst))
+                pool_rows.append((_row(-1, key, split, conflated, idx, f, base, inst), idx))
+            pools.append((pool, pool_rows))
+        return pools
+
+    # signatures are independent and write disjoint instances: numpy's sorts and medians run in parallel threads
+    with ThreadPoolExecutor(max(1, min(os.cpu_count() or 1, len(bounds) - 1))) as threads:
+        per_signature = list(threads.map(signature, bounds[:-1].tolist(), bounds[1:].tolist()))
+    pool_id = 0
+    for pools in per_signature:
+        for pool, pool_rows in pools:
+            inst["pool_id"][pool] = pool_id
+            pool_id += 1
+            for row, idx in pool_rows:
+                row["group_id"] = len(rows)
+                inst["group_id"][idx] = row["group_id"]
+                rows.append(row)
     return _instances_table(inst), pa.Table.from_pylist(rows, schema=STATS_SCHEMA)
 
 
@@ -262,7 +280,6 @@ def _row(gid: int, key: tuple, split, conflated: bool, idx: np.ndarray, f: dict,
                t1_ns=None, t1_lo_ns=None, t1_hi_ns=None, t0_ns=None, t0_lo_ns=None, t0_hi_ns=None, t0_spread=None,
                slowdown=None, slowdown_lo=None, slowdown_hi=None, significant=False, baseline=base.source,
                drift_tau=tau, drift_p=p, drift=rel, baseline_drift=base.per_instance is not None, note=base.note)
-    inst["group_id"][idx] = gid
     if len(t1s):
         row["t1_ns"], row["t1_lo_ns"], row["t1_hi_ns"] = _nan_none(stats.median_ci(t1s, LEVEL))
     if base.t0s is None:
