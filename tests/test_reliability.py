@@ -71,10 +71,18 @@ def test_case(cid, inputs, tmp_path):
     started = time.perf_counter()
     run = c.fn(Env(tmp_path, inputs))
     problems = check(c, run)
+    message = next((line for line in reversed(run.err.splitlines()) if line.startswith(("traceql:", "Error:"))), "")
     RESULTS[cid] = {"command": c.command, "what": c.what, "expect": c.expect, "rc": run.rc, "clean": not problems,
-                    "seconds": round(time.perf_counter() - started, 2),
-                    "message": next((line for line in run.err.splitlines() if line.startswith("traceql:")), "")}
+                    "seconds": round(time.perf_counter() - started, 2), "message": _portable(message, tmp_path)}
     assert not problems, "\n".join(problems)
+
+
+def _portable(text: str, case_dir: Path) -> str:
+    """A message with this machine's temporary folders replaced, for docs/reliability.md."""
+    import re
+
+    text = text.replace(str(case_dir), "CASE").replace(str(Path(__file__).resolve().parent.parent), ".")
+    return re.sub(r"/tmp/pytest-of-[^/]+/pytest-\d+/[^/ ]+", "TMP", text)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -1870,8 +1878,8 @@ def _col_program_segfaults(env):
 @case("collect", "a program that forks a child and leaves it running: the child is ended", expect=0,
       words="still running after nsys exited")
 def _col_program_forks(env):
-    code = "import subprocess; subprocess.Popen(['sleep', '300']); print('parent done')"
-    return _collect_child(env, [sys.executable, "-c", code])
+    collector = Path(__file__).resolve().parent.parent / "collectors" / "cpu_nvtx.py"
+    return _collect_child(env, ["bash", "-c", f"sleep 300 & exec {sys.executable} {collector}"])
 
 
 @case("collect", "Ctrl-C while the program runs: exit 130, the partial report kept", expect=130,
@@ -1889,3 +1897,17 @@ def _col_ctrl_c(env):
       words=("--timeout of 2 s", "report was kept"))
 def _col_timeout(env):
     return _collect_child(env, ["sleep", "120"], "--timeout", "2")
+
+
+def test_docs_list_every_case():
+    """docs/reliability.md is generated from this suite (benchmarks/reliability_report.py): every case is in it, and
+    its counts are this suite's, all clean."""
+    from collections import Counter
+
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "reliability.md").read_text()
+    missing = [cid for cid in CASES if f"| `{cid}` |" not in doc]
+    assert not missing, f"{missing[:5]}...: regenerate with python benchmarks/reliability_report.py"
+    assert f"**{len(CASES)} cases, {len(CASES)} clean**" in doc
+    for command, n in Counter(c.command for c in CASES.values()).items():
+        assert f"| `{command}` | {n} | {n} | {n} |" in doc, command
+    assert len(CASES) >= 175 and "not clean" not in doc and "| not run |" not in doc

@@ -85,7 +85,10 @@ def nsys_flags(version: tuple[int, ...], gpu_metrics: bool, have_gpu: bool,
     groups = [(("-t", "--trace"), ["-t", "cuda,nvtx,osrt" if have_gpu else "nvtx,osrt"]),
               (("-s", "--sample"), ["-s", "none"]),
               (("--cpuctxsw",), ["--cpuctxsw=none"]),
-              (("-f", "--force-overwrite"), ["--force-overwrite=true"])]
+              (("-f", "--force-overwrite"), ["--force-overwrite=true"]),
+              # nsys would wait for processes the program left behind (a daemon it forked) however long they run;
+              # traceql ends them once the program is done and says so
+              (("--wait",), ["--wait=primary"])]
     if have_gpu and version >= (2023, 3):
         groups.append((("--cuda-graph-trace",), ["--cuda-graph-trace=node"]))
     if gpu_metrics:
