@@ -118,6 +118,20 @@ def run_case(name: str, fn) -> dict:
     return {"row": row, "result": result}
 
 
+def max_relative_difference(a, b) -> float:
+    """The largest relative difference between two JSON documents of the same shape (strings and ints equal)."""
+    if isinstance(a, dict):
+        assert a.keys() == b.keys()
+        return max((max_relative_difference(a[k], b[k]) for k in a), default=0.0)
+    if isinstance(a, list):
+        assert len(a) == len(b)
+        return max((max_relative_difference(x, y) for x, y in zip(a, b, strict=True)), default=0.0)
+    if isinstance(a, float) and isinstance(b, float):
+        return abs(a - b) / max(abs(a), abs(b)) if a != b else 0.0
+    assert a == b, (a, b)
+    return 0.0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--ranks", type=int, default=256)
@@ -163,7 +177,10 @@ def main() -> int:
             case = run_case(f"attribute {args.ranks} runs, one connection",
                             lambda: attribute(root, con=duckdb.connect()))
             rows.append(case["row"])
-            assert json.dumps(case["result"].to_json(), default=str) == results["pool"]
+            # one connection runs DuckDB's aggregates on every core: floating-point sums in another order
+            worst = max_relative_difference(case["result"].to_json(), json.loads(results["pool"]))
+            print(json.dumps({"one connection against the units, largest relative difference": worst}))
+            assert worst < 1e-12, worst
     print(json.dumps({"ranks": args.ranks, "workers": args.workers, "kernels_per_run": args.kernels,
                       "metrics_hz": args.metrics_hz, "rows": rows}, indent=1))
     if not args.keep:

@@ -8,9 +8,10 @@ the JSON contract.
 One run is the unit of work: :func:`attribute_run` computes one run's rows on a connection that sees only that run
 (and the Nsight Compute runs, which every run shares), wherever an executor (:mod:`traceql.executor`) runs it; the
 reduce here concatenates the runs' rows, numbers the signature groups as one connection over every run would, and
-adds up the notes. Every row of the attribution belongs to one (run, device), so the reduce is small and the result
-is the same, byte for byte, as that of one connection over all runs (``attribute(..., con=...)``, for a caller that
-wants the connection afterwards).
+adds up the notes. Every row of the attribution belongs to one (run, device), so the reduce is small. A unit runs
+DuckDB on one thread, so the result is the same bytes on every executor; one connection over all runs
+(``attribute(..., con=...)``, for a caller that wants the connection afterwards) gives the same rows, equal to the
+last digits of DuckDB's multithreaded floating-point sums (docs/scale.md).
 """
 
 from __future__ import annotations

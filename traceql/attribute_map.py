@@ -62,7 +62,11 @@ def attribute_run(dirs: Sequence[Path], run_id: str, shared: Sequence[str], exte
                   group_by_nvtx: str | None, focus: str) -> RunPart:
     """The attribution of run ``run_id`` (of the run directories ``dirs``), beside the Nsight Compute runs
     ``shared``; ``external``: a baseline run's durations (else Nsight Compute's, when they match)."""
-    con = store.connect(list(dirs), run_ids={run_id, *shared})
+    # one thread: a unit is one core's work (the executor runs units side by side), and DuckDB's parallel aggregates
+    # of floating-point values change in the last digits from one run to the next; one thread gives the same bytes
+    con = duckdb.connect()
+    con.execute("SET threads = 1")
+    con = store.connect(list(dirs), con, run_ids={run_id, *shared})
     try:
         runs = con.sql(f"SELECT {RUN_COLUMNS} FROM runs ORDER BY run_id").to_arrow_table()
         gpus = [r[0] for r in con.sql("SELECT DISTINCT name FROM devices WHERE name IS NOT NULL ORDER BY 1").fetchall()]
