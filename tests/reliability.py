@@ -105,9 +105,8 @@ class Env:
         before = {Path(p): snapshot(Path(p)) for p in watch}
         out, err = io.StringIO(), io.StringIO()
         rc, tb = 0, ""
-        saved_env = dict(os.environ)
-        if env:
-            os.environ.update(env)
+        saved_env = {k: os.environ.get(k) for k in env or {}}
+        os.environ.update(env or {})
         argv, stdin_saved = sys.argv, sys.stdin
         sys.argv = ["traceql", *map(str, args)]
         if stdin is not None:
@@ -122,8 +121,11 @@ class Env:
             rc = 1
         finally:
             sys.argv, sys.stdin = argv, stdin_saved
-            os.environ.clear()
-            os.environ.update(saved_env)
+            for k, v in saved_env.items():  # only what the case set: other threads may read the environment
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
         return Run(rc, out.getvalue(), err.getvalue() + tb, [str(n) for n in named], before,
                    {Path(p) for p in grow}, tb)
 

@@ -74,6 +74,8 @@ def test_case(cid, inputs, tmp_path):
     message = next((line for line in reversed(run.err.splitlines()) if line.startswith(("traceql:", "Error:"))), "")
     RESULTS[cid] = {"command": c.command, "what": c.what, "expect": c.expect, "rc": run.rc, "clean": not problems,
                     "seconds": round(time.perf_counter() - started, 2), "message": _portable(message, tmp_path)}
+    if problems:
+        RESULTS[cid]["problems"] = [_portable(p, tmp_path)[:2000] for p in problems]
     assert not problems, "\n".join(problems)
 
 
