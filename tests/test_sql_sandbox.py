@@ -82,7 +82,7 @@ SLOW = ("SELECT count(*) FROM kernels a, kernels b, kernels c, kernels d "
 def test_sql_stops_on_ctrl_c(where, overlap_run):
     # a join of 10^11 rows runs for minutes; "prepare" asks for an analysis view, so Ctrl-C lands in the
     # attribution's own statements
-    sql = SLOW if where == "query" else SLOW.replace("kernels d", "kernel_attribution d")
+    sql = SLOW if where == "query" else SLOW.replace("kernels d", "kernels d, kernel_attribution e")
     proc = subprocess.Popen([sys.executable, "-m", "traceql.cli", "sql", str(overlap_run), sql], cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
