@@ -388,7 +388,8 @@ def _microbench_page(tmp_path: Path) -> Path:
 
 def test_microbench_panels_are_readable_in_chromium(tmp_path):
     """One panel per collective and configuration, each on its own scale: the longest bar of every panel spans its
-    height or most of it (a shared scale flattened the short panels to a few pixels), and no two labels or titles overlap."""
+    height or most of it (a shared scale flattened the short panels to a few pixels), and no two labels or titles
+    overlap."""
     _browser_or_skip()
     from playwright.sync_api import sync_playwright
 
