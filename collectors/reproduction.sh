@@ -38,6 +38,7 @@ cd /tmp  # the installed traceql (with traceql.collectors), not the source tree
 S="$W/store"
 CAPTURE="--capture-range=cudaProfilerApi --capture-range-end=stop"
 HZ=${METRICS_HZ:-1000}
+GPUS=${GPUS:-$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')}  # one process per local GPU (2, 4, 8...)
 
 DEADLINE=${DEADLINE:-480}  # seconds: no run starts later, and none runs past it (the results are packed after)
 # collect NAME LIMIT_S METRICS_HZ COMMAND...: one run into the store; its SQLite export is made in the background
@@ -56,11 +57,11 @@ collect() {
       && xz -T4 -6 "$W/exports/$name.sqlite"
     cp "$S/reports/$name.power.parquet" "$W/exports/" 2>/dev/null ) &
 }
-TRAIN=(torchrun --nproc-per-node 2 -m traceql.collectors.train --profile-range "${MODEL[@]}")
+TRAIN=(torchrun --nproc-per-node "$GPUS" -m traceql.collectors.train --profile-range "${MODEL[@]}")
 run_step() {
   echo "### step $1 ($(date +%T))"
   case "$1" in
-    overlap) collect overlap 240 "$HZ" torchrun --nproc-per-node 2 -m traceql.collectors.overlap --profile-range \
+    overlap) collect overlap 240 "$HZ" torchrun --nproc-per-node "$GPUS" -m traceql.collectors.overlap --profile-range \
                "${OVERLAP[@]}" ;;
     ddp) collect train_ddp 120 "$HZ" "${TRAIN[@]}" --parallel ddp ;;
     fsdp2) collect train_fsdp2 120 "$HZ" "${TRAIN[@]}" --parallel fsdp2 ;;
