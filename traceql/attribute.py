@@ -289,34 +289,42 @@ def _unattributed(con: duckdb.DuckDBPyConnection) -> list[tuple[str, int, int, f
             GROUP BY 1 ORDER BY 1""").fetchall()
 
 
-def _ncu_store(items: list[Path], input_dirs: list[Path], workdir: Path) -> tuple[Path | None, dict[Path, list[str]]]:
-    """A run directory with the Nsight Compute runs of ``items`` that ``input_dirs`` do not hold already (None if
-    there are none), and each item's run ids. Only Nsight Compute runs are taken from a run directory: its traces
-    are not inputs. Reports are ingested on the way."""
+def ncu_runs_of(item: Path, scratch: Path) -> tuple[Path, dict[str, dict]]:
+    """The run directory holding the Nsight Compute runs an ``--ncu`` item names, and those runs' manifest entries.
+
+    A report is ingested into ``scratch``; from a run directory only its Nsight Compute runs are taken (its traces
+    are not inputs)."""
     from .ncu.ingest import FORMAT, ingest_ncu_report, is_ncu_report
 
+    try:
+        if store.is_store(item):
+            src, wanted = item, None
+        elif not item.exists():
+            raise MissingInputError(f"{item}: no such file or run directory")
+        elif item.is_dir() or not is_ncu_report(item):
+            raise BadInputError(f"{item}: not an Nsight Compute report (.ncu-rep, .ncu-rep.xz) nor a run "
+                                "directory; give the report `ncu -o NAME` wrote (NAME.ncu-rep); traces are "
+                                "inputs, not --ncu")
+        else:
+            src, wanted = scratch, ingest_ncu_report(item, scratch).run_id
+        runs = {rid: e for rid, e in store.read_manifest(src)["runs"].items()
+                if e.get("format") == FORMAT and wanted in (None, rid)}
+        if not runs:
+            raise BadInputError(f"{item}: the run directory holds no Nsight Compute run; add a report with "
+                                f"`traceql ingest REPORT.ncu-rep -o {item}`, or give the .ncu-rep file")
+    except TraceqlError as exc:
+        raise type(exc)(f"--ncu {exc}") from exc
+    return src, runs
+
+
+def _ncu_store(items: list[Path], input_dirs: list[Path], workdir: Path) -> tuple[Path | None, dict[Path, list[str]]]:
+    """A run directory with the Nsight Compute runs of ``items`` that ``input_dirs`` do not hold already (None if
+    there are none), and each item's run ids (:func:`ncu_runs_of`)."""
     have = {rid for d in input_dirs for rid in store.read_manifest(d)["runs"]}
     out, scratch = workdir / "ncu", workdir / "ncu-ingest"
     per_item: dict[Path, list[str]] = {}
     for item in items:
-        try:
-            if store.is_store(item):
-                src, wanted = item, None
-            elif not item.exists():
-                raise MissingInputError(f"{item}: no such file or run directory")
-            elif item.is_dir() or not is_ncu_report(item):
-                raise BadInputError(f"{item}: not an Nsight Compute report (.ncu-rep, .ncu-rep.xz) nor a run "
-                                    "directory; give the report `ncu -o NAME` wrote (NAME.ncu-rep); traces are "
-                                    "inputs, not --ncu")
-            else:
-                src, wanted = scratch, ingest_ncu_report(item, scratch).run_id
-            runs = {rid: e for rid, e in store.read_manifest(src)["runs"].items()
-                    if e.get("format") == FORMAT and wanted in (None, rid)}
-            if not runs:
-                raise BadInputError(f"{item}: the run directory holds no Nsight Compute run; add a report with "
-                                    f"`traceql ingest REPORT.ncu-rep -o {item}`, or give the .ncu-rep file")
-        except TraceqlError as exc:
-            raise type(exc)(f"--ncu {exc}") from exc
+        src, runs = ncu_runs_of(item, scratch)
         per_item[item] = sorted(runs)
         for rid, entry in runs.items():
             if rid in have or (out / "runs" / rid).exists():

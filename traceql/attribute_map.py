@@ -32,9 +32,10 @@ from .attribute import (
     _unattributed,
     _unattributed_note,
     as_store,
+    ncu_runs_of,
 )
 from .baselines import External
-from .errors import BadInputError, MissingInputError, TraceqlError
+from .errors import BadInputError, TraceqlError
 from .executor import Executor, run_units
 from .verdict import verdicts
 
@@ -171,32 +172,13 @@ def _summed_ncu_facts(facts: list[tuple | None]) -> tuple | None:
 
 def _ncu_sources(items: list[Path], workdir: Path, executor: Executor) -> tuple[list[Path], dict[Path, list[str]]]:
     """The run directories holding the Nsight Compute runs of ``items``, read where they are (reports are ingested
-    into ``workdir``), and each item's run ids. Only Nsight Compute runs are taken from a run directory."""
-    from .ncu.ingest import FORMAT, ingest_ncu_report, is_ncu_report
-
+    into ``workdir``), and each item's run ids (:func:`traceql.attribute.ncu_runs_of`)."""
     scratch = workdir / "ncu-ingest"
     sources: list[Path] = []
     per_item: dict[Path, list[str]] = {}
     for item in items:
-        try:
-            if store.is_store(item):
-                src, wanted = item, None
-            elif not item.exists():
-                raise MissingInputError(f"{item}: no such file or run directory")
-            elif item.is_dir() or not is_ncu_report(item):
-                raise BadInputError(f"{item}: not an Nsight Compute report (.ncu-rep, .ncu-rep.xz) nor a run "
-                                    "directory; give the report `ncu -o NAME` wrote (NAME.ncu-rep); traces are "
-                                    "inputs, not --ncu")
-            else:
-                src, wanted = scratch, ingest_ncu_report(item, scratch).run_id
-            runs = sorted(rid for rid, e in store.read_manifest(src)["runs"].items()
-                          if e.get("format") == FORMAT and wanted in (None, rid))
-            if not runs:
-                raise BadInputError(f"{item}: the run directory holds no Nsight Compute run; add a report with "
-                                    f"`traceql ingest REPORT.ncu-rep -o {item}`, or give the .ncu-rep file")
-        except TraceqlError as exc:
-            raise type(exc)(f"--ncu {exc}") from exc
-        per_item[item] = runs
+        src, runs = ncu_runs_of(item, scratch)
+        per_item[item] = sorted(runs)
         if src not in sources:
             sources.append(src)
     return sources, per_item
