@@ -14,7 +14,7 @@ import pyarrow as pa
 from ..errors import BadInputError
 from . import Report, SectionResult
 from . import recipe as recipes
-from .recipe import Query, Recipe
+from .recipe import Recipe
 
 
 def load_diff_recipe(recipe: str | Path | Recipe = "diff") -> Recipe:
@@ -25,17 +25,6 @@ def load_diff_recipe(recipe: str | Path | Recipe = "diff") -> Recipe:
             raise BadInputError(f"{rec.source}: section {i} ({s.title!r}): a diff recipe's sections read the diff's "
                                 "tables as a whole: scope = \"all\", no reduce")
     return rec
-
-
-def _select(q: Query) -> str:
-    body = f'SELECT * FROM "{q.view}"' if q.view is not None else f"SELECT * FROM ({q.sql.strip().rstrip(';')})"
-    if q.where:
-        body += f" WHERE ({q.where})"
-    if q.order_by:
-        body += f" ORDER BY {q.order_by}"
-    if q.limit is not None:
-        body += f" LIMIT {int(q.limit)}"
-    return body
 
 
 def _runs(d) -> pa.Table:
@@ -61,7 +50,7 @@ def diff_report(d, recipe: str | Path | Recipe = "diff") -> Report:
             tables = {}
             for q in s.queries:
                 try:
-                    tables[q.name] = con.sql(_select(q)).to_arrow_table()
+                    tables[q.name] = con.sql(q.select(per_run=False)).to_arrow_table()
                 except duckdb.Error as exc:
                     raise BadInputError(f"{rec.source}: section {s.title!r}, query {q.name!r}: "
                                         f"{str(exc).splitlines()[0]}") from None

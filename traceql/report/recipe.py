@@ -33,14 +33,13 @@ class Query:
     order_by: str | None = None
     limit: int | None = None
 
-    def select(self) -> str:
-        """The SELECT for one run; the run is bound as parameter ``$run_id`` by the caller."""
-        if self.sql is not None:
-            body = f"SELECT * FROM ({self.sql.strip().rstrip(';')}) WHERE run_id = $run_id"
-        else:
-            body = f'SELECT * FROM "{self.view}" WHERE run_id = $run_id'
+    def select(self, per_run: bool = True) -> str:
+        """The SELECT; ``per_run``: for one run, bound as parameter ``$run_id`` by the caller (else every row)."""
+        source = f"({self.sql.strip().rstrip(';')})" if self.sql is not None else f'"{self.view}"'
+        conditions = ["run_id = $run_id"] if per_run else []
         if self.where:
-            body += f" AND ({self.where})"
+            conditions.append(f"({self.where})")
+        body = f"SELECT * FROM {source}" + (f" WHERE {' AND '.join(conditions)}" if conditions else "")
         if self.order_by:
             body += f" ORDER BY {self.order_by}"
         if self.limit is not None:
