@@ -108,6 +108,15 @@ def _num(v):
     return v
 
 
+def input_paths(inputs: Sequence[str | Path] | str | Path) -> list[Path]:
+    """One input or several, as paths; none is a usage error."""
+    if isinstance(inputs, str | Path):
+        inputs = [inputs]
+    if not inputs:
+        raise UsageError("no input given")
+    return [Path(p) for p in inputs]
+
+
 def as_store(inputs: list[Path], workdir: Path, executor: Executor | None = None) -> list[Path]:
     """Run directories for ``inputs``: run directories as they are, raw traces ingested into ``workdir``."""
     from .ingest import ingest
@@ -163,11 +172,7 @@ def attribute(inputs: list[str | Path] | str | Path, *, baseline: str | Path | N
     result, faster for small inputs (a connection's views cost seconds to create) but in one process's memory;
     ``con`` is left with the analysis views on it.
     """
-    if isinstance(inputs, str | Path):
-        inputs = [inputs]
-    inputs = [Path(p) for p in inputs]
-    if not inputs:
-        raise UsageError("no input given")
+    inputs = input_paths(inputs)
     if focus not in ("any", "comm"):
         raise UsageError(f"focus {focus!r}: choose any or comm")
     if baseline is not None and Path(baseline) in inputs:

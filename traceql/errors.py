@@ -40,6 +40,15 @@ class UsageError(TraceqlError, ValueError):
     """Contradictory or invalid options."""
 
 
+ON_ERROR = ("raise", "skip")
+
+
+def check_on_error(on_error: str) -> None:
+    """``on_error`` of the commands that take many inputs: ``raise`` stops at a bad one, ``skip`` goes on."""
+    if on_error not in ON_ERROR:
+        raise UsageError(f"on_error {on_error!r}: choose raise or skip")
+
+
 class WorkerLostError(TraceqlError, RuntimeError):
     """The worker running one unit of work (a rank file, a run) died and the unit could not be finished elsewhere."""
 

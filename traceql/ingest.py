@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from . import __version__, output, schema, screen, store, urls
-from .errors import BadInputError, MissingInputError, TraceqlError, UsageError
+from .errors import BadInputError, MissingInputError, TraceqlError, check_on_error
 from .executor import Executor, run_units
 from .executor import parse as parse_executor
 from .nsys.adapter import adapter_for
@@ -362,8 +362,7 @@ def ingest(traces: Sequence[str | Path] | str | Path, out: str | Path, *, requir
         traces = [traces]
     if not traces:
         raise BadInputError("no trace given")
-    if on_error not in ("raise", "skip"):
-        raise UsageError(f"on_error {on_error!r}: choose raise or skip")
+    check_on_error(on_error)
     ex = parse_executor(executor, jobs)
     out = urls.as_local(out, "the run directory")
     # a URL stays a URL (fetched by the unit that reads it), but a file:// one is a path

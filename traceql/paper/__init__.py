@@ -27,7 +27,7 @@ import duckdb
 import pyarrow as pa
 
 from .. import store
-from ..errors import BadInputError, TraceqlError, UsageError
+from ..errors import BadInputError, TraceqlError, UsageError, check_on_error
 from . import figures as fg
 from .breakdown import FACTORS, breakdowns
 from .figures import FIGURES, KEY, MODES, N_BOOT, Est
@@ -35,7 +35,6 @@ from .power import mode_power
 
 VIEWS = {"iterations": "paper_iterations", "power": "paper_power", "instances": "paper_instances"}
 TABLES = ("headline", "configs", "modes", "breakdown")
-ON_ERROR = ("raise", "skip")
 NO_MODES = ("no NVTX mode ranges in {where}: mark each mode with a range named mode:compute_only, mode:comm_only, "
             "mode:overlapped or mode:sequential (or traceql's case:NAME;mode=...), one nested range per iteration; "
             "see docs/paper.md")
@@ -87,15 +86,10 @@ def paper(inputs: Sequence[str | Path] | str | Path, *, on_error: str = "raise",
     Runs without mode ranges are passed over (they are not the experiment); when no run has any, that is an error.
     ``on_error``: ``raise`` stops at a run whose queries fail; ``skip`` goes on without it and lists it.
     """
-    from ..attribute import as_store
+    from ..attribute import as_store, input_paths
 
-    if isinstance(inputs, str | Path):
-        inputs = [inputs]
-    inputs = [Path(p) for p in inputs]
-    if not inputs:
-        raise UsageError("no input given")
-    if on_error not in ON_ERROR:
-        raise UsageError(f"on_error {on_error!r}: choose raise or skip")
+    inputs = input_paths(inputs)
+    check_on_error(on_error)
     tmp = None
     if workdir is None and any(not store.is_store(p) for p in inputs):
         tmp = tempfile.TemporaryDirectory(prefix="traceql-paper-")

@@ -18,15 +18,13 @@ import duckdb
 import pyarrow as pa
 
 from .. import store
-from ..errors import BadInputError, TraceqlError, UsageError
+from ..errors import BadInputError, TraceqlError, check_on_error
 from ..executor import Executor, run_units
 from ..executor import parse as parse_executor
 from ..ncu.ingest import FORMAT as NCU_FORMAT
 from ..output import check_target, replacing, unwritable
 from . import recipe as recipes
 from .recipe import Recipe, Section
-
-ON_ERROR = ("raise", "skip")
 
 
 @dataclass
@@ -88,15 +86,10 @@ def report(inputs: Sequence[str | Path] | str | Path, out: str | Path | None = N
     and the reason in the report. ``out``: also write the HTML page there. ``executor``: where each run's sections
     are computed (:mod:`traceql.executor`: ``local`` by default, ``local:N``, ``dask://HOST:PORT``).
     """
-    from ..attribute import as_store
+    from ..attribute import as_store, input_paths
 
-    if isinstance(inputs, str | Path):
-        inputs = [inputs]
-    inputs = [Path(p) for p in inputs]
-    if not inputs:
-        raise UsageError("no input given")
-    if on_error not in ON_ERROR:
-        raise UsageError(f"on_error {on_error!r}: choose raise or skip")
+    inputs = input_paths(inputs)
+    check_on_error(on_error)
     rec = recipe if isinstance(recipe, Recipe) else recipes.load_kind(recipe, "runs")
     if out is not None:
         check_target(out)
