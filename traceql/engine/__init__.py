@@ -122,7 +122,8 @@ def _metrics(con: duckdb.DuckDBPyConnection) -> None:
                 *(pa.array(means[m], from_pandas=True) for m in METRICS)]
         return pa.table([*_run_col(key, n), *cols], names=METRICS_SCHEMA.names)
 
-    keys = [k for k in _groups(con, "_metric_wide") if k in set(_groups(con, "_activity_rows"))]
+    with_activities = set(_groups(con, "_activity_rows"))
+    keys = [k for k in _groups(con, "_metric_wide") if k in with_activities]
     _publish(con, "_instance_metrics", list(_map(fetch, work, keys)), METRICS_SCHEMA)
 
 
@@ -143,9 +144,10 @@ def _corunner_dram(con: duckdb.DuckDBPyConnection) -> None:
         rate = np.ma.filled(a["dram_pct"], 0.0)
         ws_known = ~np.ma.getmaskarray(a["working_set_bytes"])
         ws = np.ma.filled(a["working_set_bytes"], 0.0)
-        co_rate = np.maximum(0.0, sweeps.rate_over(start, end, rate))
-        co_ws = np.maximum(0.0, sweeps.rate_over(start, end, ws))
-        profiled_others = sweeps.count_over(start, end, ws_known) - ws_known * dur
+        b = sweeps.Boundaries.of(start, end)  # one sort for the three integrals; each less the activity's own part
+        co_rate = np.maximum(0.0, b.integral(rate) - rate * dur)
+        co_ws = np.maximum(0.0, b.integral(ws) - ws * dur)
+        profiled_others = b.integral(mask=ws_known) - ws_known * dur
         with np.errstate(invalid="ignore", divide="ignore"):
             co_dram = np.where(over > 0, co_rate / over, np.nan)
             co_set = np.where((over > 0) & (profiled_others > 0), co_ws / over, np.nan)

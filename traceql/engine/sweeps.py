@@ -68,6 +68,10 @@ class Boundaries:
         """Each interval's integral of the step function whose prefix is ``prefix``."""
         return prefix[self.i_end] - prefix[self.i_start]
 
+    def integral(self, weight: np.ndarray | None = None, mask: np.ndarray | None = None) -> np.ndarray:
+        """Each interval's integral of :meth:`level` (the summed weight of the intervals active, itself included)."""
+        return self.over(self.prefix(self.level(weight, mask)))
+
 
 @dataclass(frozen=True)
 class DeviceOverlap:
@@ -113,21 +117,6 @@ def overlap(start: np.ndarray, end: np.ndarray, cls: np.ndarray, sm_held: np.nda
         "overlap_ns": int(b.prefix((n[COMM] > 0) & (n[COMPUTE] > 0))[last]),
     }
     return DeviceOverlap(per, totals)
-
-
-def rate_over(start: np.ndarray, end: np.ndarray, rate: np.ndarray, exclude_own: bool = True) -> np.ndarray:
-    """Per interval, the integral over it of the summed ``rate`` of the intervals active (float), less its own."""
-    b = Boundaries.of(start, end)
-    integral = b.over(b.prefix(b.level(rate.astype(np.float64))))
-    if exclude_own:
-        integral = integral - rate * (end - start)
-    return integral
-
-
-def count_over(start: np.ndarray, end: np.ndarray, flag: np.ndarray) -> np.ndarray:
-    """Per interval, the integral over it of the number of flagged intervals active (int64 ns), itself included."""
-    b = Boundaries.of(start, end)
-    return b.over(b.prefix(b.level(mask=flag)))
 
 
 def sample_means(ts: np.ndarray, values: np.ndarray, start: np.ndarray, end: np.ndarray
