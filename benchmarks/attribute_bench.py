@@ -5,7 +5,7 @@
                                          [--seed 0] [--views V1,V2 | --skip-views] [--timeout 1800]
                                          [--max-spill-gib 16]
 
-The run store is written directly as Parquet with the real schema (``traceql.schema.TABLES``, through
+The run store is written directly as Parquet with the real schema (``traceql.store.schema.TABLES``, through
 ``schema.writer``), one file per table under ``DIR/runs/<run_id>/`` and a ``manifest.json`` in
 ``traceql.store``'s format, so the benchmark measures attribution only, not ingest. One run, ``--devices`` GPUs
 (132 SMs each, one process per GPU), ``--kernels`` kernels in all:
@@ -135,7 +135,7 @@ def signatures(rng: np.random.Generator) -> tuple[pa.Table, dict[str, np.ndarray
 
 def _table(table: str, n: int, cols: dict) -> pa.Table:
     """A table of the declared schema; columns not given (or added to the schema since) are null."""
-    from traceql import schema
+    from traceql.store import schema
 
     target = schema.TABLES[table]
     arrays = []
@@ -156,7 +156,7 @@ class Writers:
     """One ``schema.writer`` per table under ``run_dir``; counts the rows written."""
 
     def __init__(self, run_dir: Path):
-        from traceql import schema
+        from traceql.store import schema
 
         self.writers = {t: schema.writer(t, run_dir / f"{t}.parquet") for t in schema.TABLES}
         self.rows = dict.fromkeys(schema.TABLES, 0)

@@ -60,7 +60,7 @@ def main() -> None:
     args = ap.parse_args()
     sys.path.insert(0, str(REPO))
     from traceql.collect import gpus_present, nsys_flags
-    from traceql.nsys.locate import find_nsys, nsys_version
+    from traceql.sources.nsys.locate import find_nsys, nsys_version
 
     nsys = find_nsys()
     version = nsys_version(nsys)

@@ -231,8 +231,8 @@ def _child(argv: list[str]) -> None:
     out, jobs, dbs = argv[0], int(argv[1]), argv[2:]
     start = time.perf_counter()
     import traceql
-    from traceql import schema
-    from traceql.nsys import adapter, source
+    from traceql.sources.nsys import adapter, source
+    from traceql.store import schema
 
     ingest_mod = sys.modules["traceql.ingest"]  # the package's ``ingest`` attribute is the function
     imported = time.perf_counter()
@@ -260,7 +260,7 @@ def _child(argv: list[str]) -> None:
         timed(adapter.Adapter, table, f"{table}: read + query")
     timed(schema, "write", "small tables: Parquet write")
     timed(adapter.Adapter, "gpu_metrics", "gpu_metrics: setup")
-    timed(ingest_mod, "_write_streamed", "gpu_metrics: stream (parallel read + lookup + write)")
+    timed(ingest_mod, "write_streamed", "gpu_metrics: stream (parallel read + lookup + write)")
 
     def recording(method: str) -> None:
         """Note which columns of which tables ingest reads through ``SqliteSource.<method>``."""

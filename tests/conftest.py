@@ -20,7 +20,7 @@ import pytest
 
 import traceql
 from traceql.errors import NsysNotFoundError
-from traceql.nsys.locate import find_nsys
+from traceql.sources.nsys.locate import find_nsys
 
 DATA = Path(__file__).parent / "data"
 H200 = DATA / "h200"

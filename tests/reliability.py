@@ -161,7 +161,7 @@ def _listed(x) -> list:
 def store_problems(root: Path) -> list[str]:
     """What is wrong with a run store: an unreadable manifest, a listed run missing a file or with a file of another
     version, a leftover temporary file or staging folder. [] when it is consistent (or absent)."""
-    from traceql import schema
+    from traceql.store import schema
 
     if not (root / "manifest.json").exists():
         return []

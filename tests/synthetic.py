@@ -5,8 +5,8 @@
                memcpy=[dict(start_ns=0, end_ns=500, is_peer=True)],
                devices=[dict(device_id=0, sm_count=100)])
 
-Every table of :data:`traceql.schema.TABLES` is written (empty ones too) with
-``traceql.schema.write`` into ``path/runs/<run_id>/<table>.parquet``, and the run is added to
+Every table of :data:`traceql.store.schema.TABLES` is written (empty ones too) with
+``traceql.store.schema.write`` into ``path/runs/<run_id>/<table>.parquet``, and the run is added to
 ``path/manifest.json`` in the format of :mod:`traceql.store` (several calls with different
 ``run_id`` build a store of several runs). Columns not given get sensible defaults:
 
@@ -26,7 +26,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from traceql import schema, store
+from traceql import store
+from traceql.store import schema
 
 RUN_ID = "5e7e7e7e00000001"
 GPU_NAME = "NVIDIA H200"

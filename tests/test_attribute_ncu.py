@@ -18,10 +18,11 @@ from conftest import H200, read_ncu_report, run_cli
 from synthetic import make_store
 
 import traceql
-from traceql import schema, store
+from traceql import store
 from traceql.attribute import attribute
 from traceql.errors import BadInputError, MissingInputError
 from traceql.queries_loader import header_columns, query_files
+from traceql.store import schema
 
 ncu_report = pytest.importorskip("ncu_report")
 

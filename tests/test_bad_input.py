@@ -17,7 +17,7 @@ from conftest import H200, NSYS2022, run_cli
 
 import traceql
 from traceql.errors import NsysNotFoundError
-from traceql.nsys import locate
+from traceql.sources.nsys import locate
 
 CPU_NVTX = NSYS2022 / "cpu_nvtx.sqlite"
 
@@ -169,8 +169,8 @@ def test_rep_without_nsys_cli(tmp_path):
     shutil.copy(NSYS2022 / "cpu_nvtx.nsys-rep", report)
     out = tmp_path / "out"
     # The install folders (e.g. Debian's /usr/lib/nsight-systems) cannot be hidden through the environment,
-    # so the CLI runs with traceql.nsys.locate.INSTALL_GLOBS emptied.
-    code = ("import sys, traceql.nsys.locate as l; l.INSTALL_GLOBS = (); from traceql.cli import main; "
+    # so the CLI runs with traceql.sources.nsys.locate.INSTALL_GLOBS emptied.
+    code = ("import sys, traceql.sources.nsys.locate as l; l.INSTALL_GLOBS = (); from traceql.cli import main; "
             "sys.argv[0] = 'traceql'; main()")
     proc = subprocess.run([sys.executable, "-c", code, "ingest", str(report), "-o", str(out), "--allow-no-kernels"],
                           capture_output=True, text=True, env=_env_without_nsys(), timeout=120)

@@ -13,9 +13,9 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import raw_query
 
-from traceql import schema
-from traceql.nsys.adapter import adapter_for
-from traceql.nsys.source import open_source
+from traceql.sources.nsys.adapter import adapter_for
+from traceql.sources.nsys.source import open_source
+from traceql.store import schema
 
 # The samples as an SQL join over the raw export, in table order: what gpu_metrics.parquet must hold.
 RAW_METRICS = """

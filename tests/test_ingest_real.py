@@ -14,9 +14,9 @@ import pytest
 from conftest import H200, NSYS2022, raw_query, run_cli
 
 import traceql
-from traceql import schema
-from traceql.nsys import locate
-from traceql.nsys.locate import nsys_version
+from traceql.sources.nsys import locate
+from traceql.sources.nsys.locate import nsys_version
+from traceql.store import schema
 
 TID_MASK = 0xFFFFFF
 NCCL_OPS = {"AllReduce": "all_reduce", "AllGather": "all_gather", "ReduceScatter": "reduce_scatter"}

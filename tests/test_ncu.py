@@ -25,14 +25,15 @@ import pytest
 from conftest import H200, raw_query, read_ncu_report, run_cli
 
 import traceql
-from traceql import schema, store
+from traceql import store
 from traceql.analysis import prepare
 from traceql.collect import NCU_EXCLUDE, NCU_METRICS, NCU_SECTIONS, ncu_command
 from traceql.errors import UsageError
-from traceql.ncu import demand
-from traceql.ncu.derive import derive
-from traceql.ncu.report import Metric, ProfiledKernel
 from traceql.queries_loader import bundled_dir, header_columns
+from traceql.sources.ncu import demand
+from traceql.sources.ncu.derive import derive
+from traceql.sources.ncu.report import Metric, ProfiledKernel
+from traceql.store import schema
 
 ncu_report = pytest.importorskip("ncu_report")
 

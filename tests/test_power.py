@@ -7,7 +7,7 @@ import time
 import pyarrow.parquet as pq
 import pytest
 
-from traceql.power import STATE, sample
+from traceql.collect.power import STATE, sample
 
 MS = 1_000_000
 
@@ -100,7 +100,7 @@ def test_slow_reads_skip_ticks_and_stay_on_the_grid(tmp_path):
 CHILD = """
 import sys
 from pathlib import Path
-from traceql.power import STATE, sample
+from traceql.collect.power import STATE, sample
 
 class Reader:
     uuids = ["GPU-a"]

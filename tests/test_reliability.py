@@ -539,7 +539,7 @@ def _rep_text(env):
 
 @case("ingest", "an .nsys-rep and no nsys anywhere", words=("no nsys executable found", "TRACEQL_NSYS"))
 def _rep_without_nsys(env):
-    from traceql.nsys import locate
+    from traceql.sources.nsys import locate
 
     rep = copy(env, "cpu_rep")
     saved = locate.INSTALL_GLOBS

@@ -1,7 +1,5 @@
 """traceql: attribute the slowdown of compute kernels overlapped with communication, with SQL over traces."""
 
-__version__ = "0.1.0"
-
 # traceql.attribute and traceql.diff are the modules, callable: traceql.attribute(RUN) and traceql.diff(A, B) are the
 # CLI's twins, as traceql.ingest(...) is
 from . import attribute, diff  # noqa: E402
@@ -9,6 +7,7 @@ from .attribute import Attribution  # noqa: E402
 from .errors import BadInputError, SchemaVersionError, TraceqlError  # noqa: E402
 from .ingest import ingest  # noqa: E402
 from .store import connect  # noqa: E402
+from .version import __version__
 
 __all__ = ["__version__", "ingest", "connect", "attribute", "Attribution", "diff", "TraceqlError", "BadInputError",
            "SchemaVersionError"]

@@ -18,21 +18,21 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from . import analysis, store
-from .attribute import (
+from .attribution import (
     KERNEL_COLUMNS,
     KERNEL_ORDER,
     RUN_COLUMNS,
     SUMMARY_ORDER,
     Attribution,
-    _baseline_run,
-    _check_baseline_gpus,
-    _ncu_external,
-    _ncu_facts,
-    _ncu_notes_text,
-    _unattributed,
-    _unattributed_note,
     as_store,
+    baseline_run,
+    check_baseline_gpus,
+    ncu_external,
+    ncu_facts,
+    ncu_notes_text,
     ncu_runs_of,
+    unattributed,
+    unattributed_note,
 )
 from .baselines import External
 from .errors import BadInputError, TraceqlError
@@ -75,18 +75,18 @@ def attribute_run(dirs: Sequence[Path], run_id: str, shared: Sequence[str], exte
             return RunPart(run_id, runs, None, None, gpus=gpus)
         has_comm = bool(con.sql("SELECT count(*) FROM kernels WHERE kind = 'comm'").fetchall()[0][0]
                         or con.sql("SELECT count(*) FROM memcpy WHERE is_peer").fetchall()[0][0])
-        ncu_facts = _ncu_facts(con)
+        facts = ncu_facts(con)
         matched = [r[0] for r in con.sql("SELECT DISTINCT unnest(ncu_run_ids) FROM ncu_match "
-                                         "WHERE match <> 'unmatched' ORDER BY 1").fetchall()] if ncu_facts else []
+                                         "WHERE match <> 'unmatched' ORDER BY 1").fetchall()] if facts else []
         if group_by_nvtx:
             analysis.group_by_nvtx(con, group_by_nvtx)
-        analysis.prepare(con, external if external is not None else _ncu_external(con))
+        analysis.prepare(con, external if external is not None else ncu_external(con))
         where = "WHERE comm_fraction > 0" if focus == "comm" else ""
         kernels = con.sql(f"SELECT {KERNEL_COLUMNS} FROM kernel_attribution {where} "
                           f"ORDER BY {KERNEL_ORDER}").to_arrow_table()
         summary = con.sql(f"SELECT * FROM device_summary ORDER BY {SUMMARY_ORDER}").to_arrow_table()
         groups = con.sql("SELECT count(*) FROM _signature_stats").fetchall()[0][0]
-        return RunPart(run_id, runs, kernels, summary, groups, has_comm, gpus, _unattributed(con), ncu_facts,
+        return RunPart(run_id, runs, kernels, summary, groups, has_comm, gpus, unattributed(con), facts,
                        matched)
     finally:
         con.close()
@@ -108,7 +108,7 @@ def attribute_per_run(inputs: list[Path], baseline: Path | None, ncu_items: list
     all_dirs = [*dirs, *(d for d in ncu_dirs if d not in dirs)]
     external = base_gpus = None
     if baseline is not None:
-        external, base_gpus = _baseline_run(baseline, workdir / "baseline", executor)
+        external, base_gpus = baseline_run(baseline, workdir / "baseline", executor)
     order = sorted(units)
     calls = [(all_dirs, rid, sorted(shared), external, group_by_nvtx, focus) for rid in order]
     parts: list[RunPart] = []
@@ -131,7 +131,7 @@ def reduce_parts(parts: list[RunPart], inputs: Sequence[Path], baseline: Path | 
     run_gpus = {g for p in parts for g in p.gpus}
     _check_ncu_matched(ncu_runs, {rid for p in traced for rid in p.ncu_matched}, run_gpus, dirs)
     if baseline is not None:
-        _check_baseline_gpus(baseline, base_gpus or set(), run_gpus)
+        check_baseline_gpus(baseline, base_gpus or set(), run_gpus)
     kernels, offset = [], 0
     for p in traced:
         k = p.kernels
@@ -149,7 +149,7 @@ def reduce_parts(parts: list[RunPart], inputs: Sequence[Path], baseline: Path | 
         runs = con.sql("SELECT DISTINCT ON (run_id) * FROM _runs ORDER BY run_id").to_arrow_table()
     finally:
         con.close()
-    notes = _ncu_notes_text(_summed_ncu_facts([p.ncu_facts for p in traced]))
+    notes = ncu_notes_text(_summed_ncu_facts([p.ncu_facts for p in traced]))
     if not any(p.has_comm for p in traced):
         notes.append(NO_COMM_NOTE)
     unattributed: dict[str, list] = {}
@@ -157,7 +157,7 @@ def reduce_parts(parts: list[RunPart], inputs: Sequence[Path], baseline: Path | 
         for reason, groups, inst, ms in p.unattributed:
             total = unattributed.setdefault(reason, [0, 0, 0.0])
             total[0] += groups; total[1] += inst; total[2] += ms
-    notes += [_unattributed_note(reason, *unattributed[reason]) for reason in sorted(unattributed)]
+    notes += [unattributed_note(reason, *unattributed[reason]) for reason in sorted(unattributed)]
     return Attribution(runs, summary, kernel_table, notes, verdicts(summary, kernel_table))
 
 

@@ -14,8 +14,8 @@ from typing import Annotated
 
 import typer
 
-from . import __version__
 from .errors import EXIT_BAD_INPUT, EXIT_FLAGGED, Interrupted, TraceqlError
+from .version import __version__
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Attribute the slowdown of compute kernels overlapped with communication, from Nsight traces.")
@@ -254,7 +254,9 @@ def diff(
     if out_dir is not None:
         result.write(out_dir)
     if html is not None:
-        result.report(html, recipe)
+        from .report.diff import diff_report
+
+        diff_report(result, recipe).write(html)
     sys.stdout.write(render_diff(result, fmt, limit, lines if fmt == "table" else ()))
     if fmt != "table":
         for line in lines:
@@ -444,8 +446,8 @@ def _collector_cmd(name: str) -> list[str]:
 @app.command("schema")
 def schema_cmd() -> None:
     """List the run store's tables and columns (schema v1), then the analysis views SQL can query."""
-    from . import schema as s
     from .queries_loader import header_columns, query_files
+    from .store import schema as s
 
     for name, sch in s.TABLES.items():
         typer.echo(f"{name}: {s.DESCRIPTIONS[name]}")

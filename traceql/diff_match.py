@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 
 from . import stats
-from .diff import (
+from .diff_model import (
     ABS_NOISE_NS,
     ATTR_FIELDS,
     DIFF_METRICS,

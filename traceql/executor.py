@@ -24,8 +24,8 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Any
 
-from . import __version__
 from .errors import TraceqlError, UsageError, WorkerLostError
+from .version import __version__
 
 DASK_SCHEMES = ("dask://", "tcp://", "tls://", "ucx://", "inproc://")
 CONNECT_TIMEOUT_S = 30

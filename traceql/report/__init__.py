@@ -7,7 +7,6 @@ spoil the others), then concatenated across runs (reduce). Charts come from :mod
 
 from __future__ import annotations
 
-import json
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -21,17 +20,12 @@ from .. import store
 from ..errors import BadInputError, TraceqlError, check_on_error
 from ..executor import Executor, run_units
 from ..executor import parse as parse_executor
-from ..ncu.ingest import FORMAT as NCU_FORMAT
+from ..ingest.ncu import FORMAT as NCU_FORMAT
 from ..output import check_target, replacing, unwritable
+from . import diff_charts, paper_charts  # noqa: F401  (register the diff and paper recipes' charts)
 from . import recipe as recipes
 from .recipe import Recipe, Section
-
-
-@dataclass
-class SectionResult:
-    section: Section
-    tables: dict[str, pa.Table]  # query name -> rows of every run (reduce), each tagged run_id and run
-    per_run: list[tuple[str, dict[str, pa.Table]]] = field(default_factory=list)  # scope run: (run label, tables)
+from .sections import SectionResult
 
 
 @dataclass
@@ -220,10 +214,3 @@ def _map_run(rec: Recipe, dirs: list[Path], run_id: str, label: str, ncu_runs: l
         return out
     finally:
         con.close()
-
-
-def labels_of(run: dict) -> dict[str, str]:
-    try:
-        return json.loads(run.get("labels_json") or "{}")
-    except json.JSONDecodeError:
-        return {}

@@ -39,7 +39,7 @@ def chart(*needs: str, help: str):
     return register
 
 
-def _rows(table: pa.Table, columns: list[str] | None = None, limit: int = MAX_MARKS) -> list[dict]:
+def table_rows(table: pa.Table, columns: list[str] | None = None, limit: int = MAX_MARKS) -> list[dict]:
     if columns is not None:
         table = table.select([c for c in columns if c in table.column_names])
     return table.slice(0, limit).to_pylist()
@@ -48,7 +48,7 @@ def _rows(table: pa.Table, columns: list[str] | None = None, limit: int = MAX_MA
 _named: ContextVar[dict[str, list[dict]] | None] = ContextVar("traceql_chart_data", default=None)
 
 
-def _data(rows: list[dict]) -> alt.Data:
+def inline_data(rows: list[dict]) -> alt.Data:
     """Inline rows; inside :func:`named_data` a name only, the rows kept aside for the page to embed as they are
     (altair walks and validates inline values row by row: seconds on a report's charts)."""
     named = _named.get()
@@ -102,18 +102,18 @@ def timeline(data: dict[str, pa.Table], options: dict) -> alt.TopLevelMixin | No
     t0 = min(starts)
     rows = [{"lane": f"GPU {r['device_id']}", "state": r["state"], "start_ms": (r["start_ns"] - t0) / 1e6,
              "end_ms": (r["end_ns"] - t0) / 1e6, "dur_us": r["dur_ns"] / 1e3, "run": r.get("run")}
-            for r in _rows(seg, ["device_id", "state", "start_ns", "end_ns", "dur_ns", "run"])]
+            for r in table_rows(seg, ["device_id", "state", "start_ns", "end_ns", "dur_ns", "run"])]
     max_depth = int(options.get("nvtx_depth", 1))
     nvtx = [{"lane": f"GPU {r['device_id']} NVTX {r['depth']}", "text": r["text"],
              "start_ms": (r["start_ns"] - t0) / 1e6, "end_ms": (r["end_ns"] - t0) / 1e6, "dur_us": r["dur_ns"] / 1e3}
-            for r in _rows(data["nvtx"], ["device_id", "depth", "text", "start_ns", "end_ns", "dur_ns"],
+            for r in table_rows(data["nvtx"], ["device_id", "depth", "text", "start_ns", "end_ns", "dur_ns"],
                            limit=MAX_MARKS // 4)
             if r["device_id"] is not None and r["depth"] <= max_depth]
     zoom = alt.selection_interval(bind="scales", encodings=["x"])
     x = alt.X("start_ms:Q", title="time since first activity (ms)")
     lanes = sorted({r["lane"] for r in rows} | {r["lane"] for r in nvtx})
     y = alt.Y("lane:N", title=None, sort=lanes)
-    bars = alt.Chart(_data(rows)).mark_bar(height=14).encode(
+    bars = alt.Chart(inline_data(rows)).mark_bar(height=14).encode(
         x=x, x2="end_ms:Q", y=y,
         color=alt.Color("state:N", title="on the GPU", scale=alt.Scale(domain=list(STATE_COLORS),
                                                                       range=list(STATE_COLORS.values()))),
@@ -121,7 +121,7 @@ def timeline(data: dict[str, pa.Table], options: dict) -> alt.TopLevelMixin | No
     )
     layers = [bars]
     if nvtx:
-        layers.append(alt.Chart(_data(nvtx)).mark_bar(height=12, color="#d4d4d4", stroke="#888", strokeWidth=0.5)
+        layers.append(alt.Chart(inline_data(nvtx)).mark_bar(height=12, color="#d4d4d4", stroke="#888", strokeWidth=0.5)
                       .encode(x=x, x2="end_ms:Q", y=y,
                               tooltip=["text:N", alt.Tooltip("start_ms:Q", format=".3f"),
                                        alt.Tooltip("dur_us:Q", format=".1f")]))
@@ -133,7 +133,7 @@ def timeline(data: dict[str, pa.Table], options: dict) -> alt.TopLevelMixin | No
 @chart("kernels", help="slowdown of each kernel signature, split into the part each resource explains")
 def slowdown_parts(data: dict[str, pa.Table], options: dict) -> alt.TopLevelMixin | None:
     rows = []
-    kernels = _rows(data["kernels"], limit=int(options.get("top", 20)))
+    kernels = table_rows(data["kernels"], limit=int(options.get("top", 20)))
     for r, label in zip(kernels, _signature_labels(kernels), strict=True):
         for f in FACTORS:
             if r.get(f) is not None:
@@ -142,7 +142,7 @@ def slowdown_parts(data: dict[str, pa.Table], options: dict) -> alt.TopLevelMixi
     if not rows:
         return None
     order = list(dict.fromkeys(r["kernel"] for r in rows))
-    return alt.Chart(_data(rows)).mark_bar().encode(
+    return alt.Chart(inline_data(rows)).mark_bar().encode(
         y=alt.Y("kernel:N", sort=order, title=None, axis=alt.Axis(labelLimit=420)),
         x=alt.X("sum(value):Q", title="slowdown explained (t1/t0 - 1)", axis=alt.Axis(format="%")),
         color=alt.Color("part:N", scale=alt.Scale(domain=list(FACTORS), range=list(FACTOR_COLORS)), title="cause"),
@@ -154,12 +154,13 @@ def slowdown_parts(data: dict[str, pa.Table], options: dict) -> alt.TopLevelMixi
 
 @chart("kernels", help="overlap fraction against slowdown, one point per kernel signature")
 def overlap_vs_slowdown(data: dict[str, pa.Table], options: dict) -> alt.TopLevelMixin | None:
-    rows = [r for r in _rows(data["kernels"], ["run", "run_id", "device_id", "short_name", "name", "overlap_fraction",
-                                               "slowdown", "class", "n_overlapped", "corunner_kind"])
+    columns = ["run", "run_id", "device_id", "short_name", "name", "overlap_fraction", "slowdown", "class",
+               "n_overlapped", "corunner_kind"]
+    rows = [r for r in table_rows(data["kernels"], columns)
             if r["overlap_fraction"] is not None and r["slowdown"] is not None]
     if not rows:
         return None
-    return alt.Chart(_data(rows)).mark_circle(opacity=0.75).encode(
+    return alt.Chart(inline_data(rows)).mark_circle(opacity=0.75).encode(
         x=alt.X("overlap_fraction:Q", title="overlap fraction f", scale=alt.Scale(domain=[0, 1])),
         y=alt.Y("slowdown:Q", title="slowdown t1/t0 - 1", axis=alt.Axis(format="%")),
         color=alt.Color("class:N", title="class"),
@@ -176,7 +177,7 @@ _METRIC_PAIRS = (("SMs Active (%)", "sm_active_pct"), ("DRAM bandwidth (% of pea
 @chart("kernels", help="GPU metrics during overlapped versus isolated instances of each kernel signature")
 def metrics_iso_vs_ovl(data: dict[str, pa.Table], options: dict) -> alt.TopLevelMixin | None:
     rows = []
-    kernels = _rows(data["kernels"], limit=int(options.get("top", 12)))
+    kernels = table_rows(data["kernels"], limit=int(options.get("top", 12)))
     for r, label in zip(kernels, _signature_labels(kernels, 50), strict=True):
         for title, col in _METRIC_PAIRS:
             for when, suffix in (("isolated", "_iso"), ("overlapped", "_ovl")):
@@ -185,7 +186,7 @@ def metrics_iso_vs_ovl(data: dict[str, pa.Table], options: dict) -> alt.TopLevel
                     rows.append({"kernel": label, "metric": title, "when": when, "value": v, "name": r["name"]})
     if not rows:
         return None
-    return alt.Chart(_data(rows)).mark_bar().encode(
+    return alt.Chart(inline_data(rows)).mark_bar().encode(
         y=alt.Y("when:N", title=None), x=alt.X("value:Q", title=None, stack=None),
         color=alt.Color("when:N", scale=alt.Scale(domain=["isolated", "overlapped"], range=["#9ecae9", "#e45756"])),
         row=alt.Row("kernel:N", title=None, header=alt.Header(labelAngle=0, labelAlign="left", labelLimit=400)),
@@ -198,7 +199,7 @@ def metrics_iso_vs_ovl(data: dict[str, pa.Table], options: dict) -> alt.TopLevel
 @chart("summary", help="per device: time computing alone, overlapped, and communication left exposed")
 def device_time(data: dict[str, pa.Table], options: dict) -> alt.TopLevelMixin | None:
     rows = []
-    for r in _rows(data["summary"]):
+    for r in table_rows(data["summary"]):
         if r.get("nvtx") is not None or r["compute_ns"] is None:
             continue
         dev = f"{r.get('run') or r['run_id']} · GPU {r['device_id']}"
@@ -209,7 +210,7 @@ def device_time(data: dict[str, pa.Table], options: dict) -> alt.TopLevelMixin |
     if not rows:
         return None
     parts = ["compute alone", "overlapped", "exposed communication"]
-    return alt.Chart(_data(rows)).mark_bar().encode(
+    return alt.Chart(inline_data(rows)).mark_bar().encode(
         y=alt.Y("device:N", title=None, axis=alt.Axis(labelLimit=300)),
         x=alt.X("ms:Q", title="GPU time (ms)"),
         color=alt.Color("part:N", scale=alt.Scale(domain=parts, range=["#4c78a8", "#72b7b2", "#e45756"]), title=None),
@@ -224,14 +225,14 @@ def device_time(data: dict[str, pa.Table], options: dict) -> alt.TopLevelMixin |
 def microbench(data: dict[str, pa.Table], options: dict) -> alt.TopLevelMixin | None:
     modes = ["compute", "comm", "sequential", "overlapped"]
     rows = [dict(r, iter_ms=r["iter_ns"] / 1e6, panel=f"{r['op']} · {r['dtype']} · {r.get('run') or r['run_id']}")
-            for r in _rows(data["modes"]) if r["device_id"] is not None and r["iter_ns"] is not None]
+            for r in table_rows(data["modes"]) if r["device_id"] is not None and r["iter_ns"] is not None]
     if not rows:
         return None
     panels = sorted({r["panel"] for r in rows})
     # One panel per (collective, configuration), each on its own y scale: the modes are compared within a panel,
     # and a shared scale would flatten the panels of short iterations against the longest one. Panel titles break
     # at the dots instead of running into their neighbours.
-    return alt.Chart(_data(rows)).mark_bar().encode(
+    return alt.Chart(inline_data(rows)).mark_bar().encode(
         x=alt.X("mode:N", sort=modes, title=None, axis=alt.Axis(labels=False, ticks=False, domain=False)),
         y=alt.Y("mean(iter_ms):Q", title=None),
         color=alt.Color("mode:N", sort=modes, title="mode",
@@ -247,7 +248,7 @@ def microbench(data: dict[str, pa.Table], options: dict) -> alt.TopLevelMixin | 
 
 @chart("effects", help="per configuration: compute slowdown when overlapped, and the gain of overlapping")
 def microbench_effects(data: dict[str, pa.Table], options: dict) -> alt.TopLevelMixin | None:
-    labelled = [(f"{r['op']} · {r['dtype']} · {r.get('run') or r['run_id']}", r) for r in _rows(data["effects"])]
+    labelled = [(f"{r['op']} · {r['dtype']} · {r.get('run') or r['run_id']}", r) for r in table_rows(data["effects"])]
     return _measure_bars(labelled, ("compute_slowdown", "sequential_over_overlapped"), label="config",
                          tooltip_format="+.1%",
                          title="Compute slowdown when overlapped (Σ compute kernel time vs compute only), and "
@@ -261,7 +262,7 @@ def _measure_bars(labelled: list[tuple[str, dict]], measures: tuple[str, ...], *
             for name, r in labelled for what in measures if r.get(what) is not None]
     if not rows:
         return None
-    return alt.Chart(_data(rows)).mark_bar().encode(
+    return alt.Chart(inline_data(rows)).mark_bar().encode(
         y=alt.Y(f"{label}:N", title=None, axis=alt.Axis(labelLimit=300)),
         x=alt.X("value:Q", title=None, axis=alt.Axis(format="%")),
         color=alt.Color("measure:N", title=None),
@@ -277,7 +278,7 @@ def _power_samples(table: pa.Table) -> list[dict]:
     t0 = pc.min(table["ts_ns"]).as_py()
     return [{"t_s": (r["ts_ns"] - t0) / 1e9, "power_w": r["power_w"], "gpu": f"GPU {r['device_id']}",
              "sm_clock_mhz": r["sm_clock_mhz"], "limit_w": r["power_limit_w"], "run": r.get("run")}
-            for r in _rows(table, ["ts_ns", "power_w", "device_id", "sm_clock_mhz", "power_limit_w", "run"])]
+            for r in table_rows(table, ["ts_ns", "power_w", "device_id", "sm_clock_mhz", "power_limit_w", "run"])]
 
 
 @chart("power", help="NVML power samples over time, per GPU, against the enforced limit")
@@ -286,7 +287,7 @@ def power(data: dict[str, pa.Table], options: dict) -> alt.TopLevelMixin | None:
     if not rows:
         return None
     zoom = alt.selection_interval(bind="scales", encodings=["x"])
-    base = alt.Chart(_data(rows)).encode(x=alt.X("t_s:Q", title="time since first sample (s)"))
+    base = alt.Chart(inline_data(rows)).encode(x=alt.X("t_s:Q", title="time since first sample (s)"))
     line = base.mark_line(interpolate="step-after").encode(
         y=alt.Y("power_w:Q", title="power (W)"), color=alt.Color("gpu:N", title=None),
         tooltip=["gpu:N", alt.Tooltip("t_s:Q", format=".3f"), alt.Tooltip("power_w:Q", format=".0f"),
@@ -301,7 +302,7 @@ def clocks(data: dict[str, pa.Table], options: dict) -> alt.TopLevelMixin | None
     rows = _power_samples(data["power"])
     if not rows:
         return None
-    return alt.Chart(_data(rows)).mark_line(interpolate="step-after").encode(
+    return alt.Chart(inline_data(rows)).mark_line(interpolate="step-after").encode(
         x=alt.X("t_s:Q", title="time since first sample (s)"), y=alt.Y("sm_clock_mhz:Q", title="SM clock (MHz)"),
         color=alt.Color("gpu:N", title=None),
     ).properties(width=900, height=160, title="SM clock over time").interactive(bind_y=False)
@@ -311,10 +312,10 @@ def clocks(data: dict[str, pa.Table], options: dict) -> alt.TopLevelMixin | None
 def kernel_time(data: dict[str, pa.Table], options: dict) -> alt.TopLevelMixin | None:
     rows = [dict(r, ms=r["total_ns"] / 1e6,
                  kernel=f"{r.get('run') or r['run_id']} · GPU {r['device_id']} · {(r['short_name'] or '')[:60]}")
-            for r in _rows(data["totals"], limit=int(options.get("top", 25)))]
+            for r in table_rows(data["totals"], limit=int(options.get("top", 25)))]
     if not rows:
         return None
-    return alt.Chart(_data(rows)).mark_bar().encode(
+    return alt.Chart(inline_data(rows)).mark_bar().encode(
         y=alt.Y("kernel:N", sort="-x", title=None, axis=alt.Axis(labelLimit=420)),
         x=alt.X("ms:Q", title="total GPU time (ms)"), color=alt.Color("kind:N"),
         tooltip=["name:N", "kind:N", "family:N", "n:Q", alt.Tooltip("ms:Q", format=".3f"),
@@ -324,12 +325,10 @@ def kernel_time(data: dict[str, pa.Table], options: dict) -> alt.TopLevelMixin |
 
 @chart("summary", help="per run: compute slowdown and hidden communication, side by side")
 def run_comparison(data: dict[str, pa.Table], options: dict) -> alt.TopLevelMixin | None:
-    labelled = [(f"{r.get('run') or r['run_id']} · GPU {r['device_id']}", r) for r in _rows(data["summary"])
+    labelled = [(f"{r.get('run') or r['run_id']} · GPU {r['device_id']}", r) for r in table_rows(data["summary"])
                 if r.get("nvtx") is None]
     return _measure_bars(labelled, ("compute_slowdown", "hidden_comm_fraction", "overlap_fraction"), label="device",
                          tooltip_format=".1%",
                          title="Runs compared: compute slowdown, hidden communication, overlap fraction")
 
 
-from . import diff_charts  # noqa: E402,F401,I001  (registers the diff recipe's charts)
-from . import paper_charts  # noqa: E402,F401  (registers the paper recipe's charts)

@@ -12,9 +12,10 @@ import duckdb
 import pyarrow as pa
 
 from ..errors import BadInputError
-from . import Report, SectionResult
+from . import Report
 from . import recipe as recipes
 from .recipe import Recipe
+from .sections import SectionResult
 
 
 def load_diff_recipe(recipe: str | Path | Recipe = "diff") -> Recipe:

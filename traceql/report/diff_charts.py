@@ -6,7 +6,7 @@ from __future__ import annotations
 import altair as alt
 import pyarrow as pa
 
-from .charts import _data, _rows, chart
+from .charts import chart, inline_data, table_rows
 
 SIDE_COLORS = {"A": "#9ecae9", "B": "#4c78a8"}
 TIME_METRICS = ("step_ms", "span_ms", "compute_ms", "overlap_ms", "exposed_comm_ms", "other_ms", "compute_lost_ms")
@@ -19,9 +19,9 @@ DIRECTION_COLORS = {"slower": "#e45756", "faster": "#54a24b", "same": "#bab0ac",
                        "other time and compute time lost, in ms; the change and its interval in the tooltip")
 def diff_bars(data: dict[str, pa.Table], options: dict) -> alt.TopLevelMixin | None:
     wanted = list(options.get("metrics", TIME_METRICS))
-    stepped = {r["device"] for r in _rows(data["metrics"]) if r["metric"] == "step_ms" and r["a"] is not None}
+    stepped = {r["device"] for r in table_rows(data["metrics"]) if r["metric"] == "step_ms" and r["a"] is not None}
     rows = []
-    for r in _rows(data["metrics"]):
+    for r in table_rows(data["metrics"]):
         if r["metric"] not in wanted or (r["metric"] == "span_ms" and r["device"] in stepped):
             continue  # with steps, every bar is per step: the whole run's span would dwarf them
         for side in ("a", "b"):
@@ -32,7 +32,7 @@ def diff_bars(data: dict[str, pa.Table], options: dict) -> alt.TopLevelMixin | N
     if not rows:
         return None
     order = [m for m in wanted if any(r["metric"] == m for r in rows)]
-    return alt.Chart(_data(rows)).mark_bar().encode(
+    return alt.Chart(inline_data(rows)).mark_bar().encode(
         y=alt.Y("metric:N", sort=order, title=None),
         yOffset=alt.YOffset("side:N", sort=["A", "B"]),
         x=alt.X("value:Q", title="ms (per step with steps, else per run)"),
@@ -50,7 +50,7 @@ def diff_bars(data: dict[str, pa.Table], options: dict) -> alt.TopLevelMixin | N
 def diff_waterfall(data: dict[str, pa.Table], options: dict) -> alt.TopLevelMixin | None:
     rows = [dict(r, label="" if r["delta_ms"] is None or r["kind"] == "total" else f"{r['delta_ms']:+.3f}",
                  low=min(r["start_ms"], r["end_ms"]), high=max(r["start_ms"], r["end_ms"]))
-            for r in _rows(data["waterfall"])]
+            for r in table_rows(data["waterfall"])]
     if not rows:
         return None
     items = [r["item"] for r in sorted(rows, key=lambda r: (r["device"], r["order"]))]
@@ -64,7 +64,7 @@ def diff_waterfall(data: dict[str, pa.Table], options: dict) -> alt.TopLevelMixi
                  alt.Tooltip("end_ms:Q", format=".3f", title="level (ms)"), alt.Tooltip("lo_ms:Q", format="+.3f"),
                  alt.Tooltip("hi_ms:Q", format="+.3f")])
     text = base.mark_text(dy=-6, fontSize=10).encode(y="high:Q", text="label:N")
-    return alt.layer(bars, text, data=_data(rows)).properties(width=480, height=220).facet(
+    return alt.layer(bars, text, data=inline_data(rows)).properties(width=480, height=220).facet(
         row=alt.Row("device:N", title=None, header=alt.Header(labelAngle=0, labelAlign="left")),
     ).resolve_scale(y="independent").properties(title="The step-time change by cause (B - A)")
 
@@ -72,7 +72,7 @@ def diff_waterfall(data: dict[str, pa.Table], options: dict) -> alt.TopLevelMixi
 @chart("kernels", help="each signature's change, B over A - 1, with its 95% interval (run-to-run noise included)")
 def diff_signatures(data: dict[str, pa.Table], options: dict) -> alt.TopLevelMixin | None:
     rows, seen = [], {}
-    for r in _rows(data["kernels"], limit=int(options.get("top", 30))):
+    for r in table_rows(data["kernels"], limit=int(options.get("top", 30))):
         if r["change"] is None:
             continue
         label = f"{r['device']} · {(r['short_name'] or r['name'] or '')[:50]} · {r['launch_b'] or r['launch_a'] or ''}"
@@ -94,5 +94,5 @@ def diff_signatures(data: dict[str, pa.Table], options: dict) -> alt.TopLevelMix
     points = alt.Chart().mark_point(filled=True, size=60).encode(
         y=y, x=alt.X("change:Q", title="B / A - 1", axis=alt.Axis(format="%")), color=color, tooltip=tooltip)
     zero = alt.Chart().mark_rule(color="#888", strokeDash=[3, 3]).encode(x=alt.datum(0))
-    return alt.layer(rules, points, zero, data=_data(rows)).properties(
+    return alt.layer(rules, points, zero, data=inline_data(rows)).properties(
         width=480, title="Change of each signature's duration, with its 95% interval")

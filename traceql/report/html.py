@@ -13,9 +13,10 @@ import math
 
 import pyarrow as pa
 
-from .. import __version__
-from . import SectionResult, labels_of, vega
+from ..version import __version__
+from . import vega
 from .charts import CHARTS, named_data
+from .sections import SectionResult, labels_of
 
 SHOWN_LABELS = ("bench", "mode", "env.NCCL_MAX_CTAS", "env.NCCL_MIN_CTAS", "env.NCCL_ALGO", "env.NCCL_PROTO",
                 "version.torch", "env.NCCL_VERSION", "nsys", "command")

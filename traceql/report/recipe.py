@@ -124,7 +124,7 @@ def parse(text: str, *, name: str, source: str, views: set[str] | None = None) -
     if kind not in KINDS:
         raise BadInputError(f"{source}: kind {kind!r}: choose {' or '.join(KINDS)}")
     if views is None and kind == "diff":
-        from ..diff import DIFF_TABLES
+        from ..diff_model import DIFF_TABLES
 
         views = set(DIFF_TABLES)
     if views is None:

@@ -21,7 +21,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..errors import BadInputError
+from ...errors import BadInputError
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 META_TABLES = ("META_DATA_EXPORT", "EXPORT_META_DATA")  # 2023+ and 2022.x spellings

@@ -1,6 +1,6 @@
 """NVML power sampler: a side process that records power, energy, clocks, temperature and throttle reasons.
 
-Run as ``python -m traceql.power OUT.parquet --interval-ms 15`` (``traceql collect --power`` does);
+Run as ``python -m traceql.collect.power OUT.parquet --interval-ms 15`` (``traceql collect --power`` does);
 it samples every GPU until SIGTERM/SIGINT, then writes one Parquet file. Times are UTC epoch
 nanoseconds; ingest moves them onto the trace's timeline with the session start nsys records.
 
@@ -137,7 +137,7 @@ _TYPES = {"uuid": pa.string(), "epoch_ns": pa.int64(), "power_w": pa.float64(), 
           "throttle_reasons": pa.int64(), "power_limit_w": pa.float64(), "read_ns": pa.int64()}
 
 
-if __name__ == "__main__":  # python -m traceql.power OUT.parquet [--interval-ms MS] [--parent PID]
+if __name__ == "__main__":  # python -m traceql.collect.power OUT.parquet [--interval-ms MS] [--parent PID]
     interval = float(sys.argv[sys.argv.index("--interval-ms") + 1]) if "--interval-ms" in sys.argv else 15.0
     starter = int(sys.argv[sys.argv.index("--parent") + 1]) if "--parent" in sys.argv else None
     sample(Path(sys.argv[1]), interval, parent=starter)

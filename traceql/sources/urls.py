@@ -10,15 +10,15 @@ URL as its source.
 from __future__ import annotations
 
 import contextlib
-import os
 import re
 import shutil
+import socket
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from .errors import BadInputError, MissingInputError, UsageError
+from ..errors import BadInputError, MissingInputError, UsageError
 
 URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
@@ -45,10 +45,9 @@ def as_local(value: str | Path, what: str) -> Path:
 
 
 @contextlib.contextmanager
-def fetched(url: str, scratch: Path) -> Iterator[Path]:
-    """A local copy of the file or folder at ``url``, in a staging folder under ``scratch``."""
-    from . import store
-
+def fetched(url: str, scratch: Path, prefix: str) -> Iterator[Path]:
+    """A local copy of the file or folder at ``url``, in a new folder named ``prefix...`` under ``scratch`` (a
+    staging folder of the run store: ``prefix`` is the store's name for it)."""
     try:
         import fsspec
     except ImportError:
@@ -59,14 +58,14 @@ def fetched(url: str, scratch: Path) -> Iterator[Path]:
         raise UsageError(f"{url}: no file system for this URL ({exc}); install the fsspec package for its "
                          "protocol") from None
     scratch.mkdir(parents=True, exist_ok=True)
-    folder = Path(tempfile.mkdtemp(dir=scratch, prefix=f"{store.STAGING_PREFIX}{os.getpid()}@{store.HOST}~fetch-"))
+    folder = Path(tempfile.mkdtemp(dir=scratch, prefix=prefix))
     try:
         name = path.rstrip("/").rsplit("/", 1)[-1] or "input"
         dest = folder / name
         try:
             if not fs.exists(path):
-                raise MissingInputError(f"{url}: no such file or folder (as seen from {store.HOST}, where this unit "
-                                        "runs)")
+                raise MissingInputError(f"{url}: no such file or folder (as seen from {socket.gethostname()}, "
+                                        "where this unit runs)")
             if fs.isdir(path):
                 fs.get(path.rstrip("/") + "/", str(dest) + "/", recursive=True)
             else:

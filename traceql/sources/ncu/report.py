@@ -13,7 +13,7 @@ import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import BadInputError
+from ...errors import BadInputError
 
 MAGIC = b"NVR\0"
 # Block header fields (protobuf field numbers), read from real reports: results in the payload, payload bytes.

@@ -16,11 +16,14 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from .. import __version__, output, schema, store
+from .. import output, store
 from ..errors import BadInputError, MissingInputError
-from ..ingest import DECOMPRESSORS, RunInfo, decompress, sha256_of
-from .derive import derive
-from .report import ProfiledKernel, Report, read_report
+from ..sources.inputs import DECOMPRESSORS, decompress, sha256_of
+from ..sources.ncu.derive import derive
+from ..sources.ncu.report import ProfiledKernel, Report, read_report
+from ..store import schema
+from ..store.writer import RunInfo
+from ..version import __version__
 
 SUFFIX = ".ncu-rep"
 FORMAT = "ncu-rep"

@@ -3,104 +3,37 @@
 Accepts an nsys SQLite export, an ``nsys export -t parquetdir`` directory, or an ``.nsys-rep``
 (exported once through nsys, cached beside it). Each trace becomes one run, keyed by the sha256
 of its content: ingesting the same file again changes nothing. An Nsight Compute ``.ncu-rep``
-goes to :mod:`traceql.ncu`, into the same run store.
+goes to :mod:`traceql.sources.ncu`, into the same run store.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import json
-import lzma
 import threading
-import zlib
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 
 import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from . import __version__, output, schema, screen, store, urls
-from .errors import BadInputError, MissingInputError, TraceqlError, check_on_error
-from .executor import Executor, run_units
-from .executor import parse as parse_executor
-from .nsys.adapter import adapter_for
-from .nsys.locate import export_report
-from .nsys.source import open_source
+from .. import output, store
+from ..errors import BadInputError, MissingInputError, TraceqlError, check_on_error
+from ..executor import Executor, run_units
+from ..executor import parse as parse_executor
+from ..sources import urls
+from ..sources.inputs import DECOMPRESSORS, decompress, sha256_of
+from ..sources.nsys.adapter import adapter_for
+from ..sources.nsys.locate import export_report
+from ..sources.nsys.source import open_source
+from ..store import schema, screen
+from ..store.writer import RunInfo, write_streamed
+from ..version import __version__
 
 EVENT_TABLES = ("kernels", "memcpy", "memset", "nvtx", "runtime_api", "gpu_metrics")
-
-
-@dataclass
-class RunInfo:
-    run_id: str
-    source_path: str
-    sha256: str
-    format: str
-    tables: dict[str, int] = field(default_factory=dict)
-    already: bool = False
-    warnings: list[str] = field(default_factory=list)
-    repairs: dict[str, int] = field(default_factory=dict)  # odd rows dropped at ingest, by table.reason (screen.py)
-    labels: dict[str, str] = field(default_factory=dict)
-
-    def manifest_entry(self) -> dict:
-        """What the run store's manifest records of the run."""
-        return {k: v for k, v in asdict(self).items() if k not in ("already", "warnings")}
-
-
-def sha256_of(path: Path) -> str:
-    h = hashlib.sha256()
-    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
-    for f in files:
-        if path.is_dir():
-            h.update(f.relative_to(path).as_posix().encode() + b"\0")
-        with f.open("rb") as fh:
-            while chunk := fh.read(1 << 22):
-                h.update(chunk)
-    return h.hexdigest()
-
-
-DECOMPRESSORS = {".xz": "lzma", ".gz": "gzip", ".bz2": "bz2", ".zst": "zstd"}
-
-
-def _open_compressed(path: Path):
-    if DECOMPRESSORS[path.suffix] == "zstd":  # not in the standard library before Python 3.14; pyarrow has it
-        return pa.CompressedInputStream(pa.OSFile(str(path)), "zstd")
-    import importlib
-
-    return importlib.import_module(DECOMPRESSORS[path.suffix]).open(path, "rb")
-
-
-def decompress(path: Path, dest: Path) -> Path:
-    """Decompress a compressed export (``run.sqlite.xz``) to ``dest`` (in a staging folder of a run directory); the
-    input is left as it is. A damaged input and a full disk are told apart."""
-    damaged = (OSError, EOFError, ValueError, pa.ArrowException, lzma.LZMAError, zlib.error)
-    try:
-        src = _open_compressed(path)
-    except damaged as exc:
-        raise BadInputError(f"{path}: cannot decompress ({exc}); the file is damaged or truncated") from exc
-    with src:
-        try:
-            dst = dest.open("wb")
-        except OSError as exc:
-            raise output.unwritable(dest.parent.parent, exc) from exc
-        with dst:
-            while True:
-                try:
-                    chunk = src.read(1 << 22)
-                except damaged as exc:
-                    raise BadInputError(f"{path}: cannot decompress ({exc}); the file is damaged or truncated, "
-                                        "copy it again") from exc
-                if not chunk:
-                    break
-                try:
-                    dst.write(chunk)
-                except OSError as exc:  # the run directory's disk, not the input
-                    raise output.unwritable(dest.parent.parent, exc) from exc
-    return dest
 
 
 def _resolve_input(path: Path) -> tuple[Path, str]:
@@ -128,7 +61,7 @@ def ingest_one(trace: str | Path, out: str | Path, *, require_kernels: bool = Tr
     """Ingest one trace into the run directory ``out``. ``index=False`` leaves the manifest to the caller (a worker
     of a distributed ingest writes only its run's own files). ``source``: what the run records as its source (the URL
     a local copy was fetched from); by default the trace's resolved path."""
-    from .ncu.ingest import ingest_ncu_report, is_ncu_report
+    from .ncu import ingest_ncu_report, is_ncu_report
 
     if is_ncu_report(trace):  # Nsight Compute: its own reader, the same run store
         return ingest_ncu_report(trace, out, labels=labels, index=index)
@@ -222,7 +155,6 @@ class _Identity:
 
 def _power(power_file: Path, devices: pa.Table | None, session_start: int | None, trace: Path) -> pa.Table:
     """NVML samples (epoch ns, by GPU uuid) onto the trace's timeline and its device ids."""
-    import pyarrow.parquet as pq
 
     if session_start is None:
         raise BadInputError(f"{trace}: no session start time in the export, so power samples cannot be aligned")
@@ -278,7 +210,7 @@ def _write_run(trace: Path, export: Path, fmt: str, ident: _Identity, tmp: Path,
             put(table, getattr(adapter, table)())
         for table in ("ncu_metrics", "ncu_kernels"):  # Nsight Compute's tables: empty in an nsys run
             put(table, None)
-        info.tables["gpu_metrics"] = _write_streamed("gpu_metrics", adapter.gpu_metrics(), info.run_id,
+        info.tables["gpu_metrics"] = write_streamed("gpu_metrics", adapter.gpu_metrics(), info.run_id,
                                                      tmp / "gpu_metrics.parquet")
         info.repairs.update(adapter.dropped_samples())
         if info.repairs:
@@ -311,39 +243,6 @@ def _write_run(trace: Path, export: Path, fmt: str, ident: _Identity, tmp: Path,
     return info
 
 
-def _write_streamed(table: str, batches, run_id: str, path: Path) -> int:
-    """Write ``batches`` as they come, so that a table of any size takes the memory of a few batches.
-
-    String columns are written dictionary-encoded (run_id always; others when the batches bring them so,
-    as gpu_metrics' metric names): Parquet stores them as dictionary pages either way, but no string is then
-    copied or hashed per row. The file stores no Arrow schema, which would make readers return dictionaries:
-    it reads back with the plain types of the schema, and carries the schema version like every other file.
-    """
-    target = schema.TABLES[table]
-    encoded = pa.schema([pa.field(f.name, pa.dictionary(pa.int32(), f.type)) if f.type == pa.string() else f
-                         for f in target])
-    run_ids = pa.array([run_id], pa.string())
-    rows = 0
-    with pq.ParquetWriter(path, encoded, compression="zstd", store_schema=False) as w:
-        for batch in batches or ():
-            if batch.num_rows == 0:
-                continue
-            cols = [pa.DictionaryArray.from_arrays(pa.repeat(pa.scalar(0, pa.int32()), batch.num_rows), run_ids)
-                    if f.name == "run_id" else _encoded(batch.column(f.name), f.type) for f in encoded]
-            w.write_batch(pa.RecordBatch.from_arrays(cols, schema=encoded))
-            rows += batch.num_rows
-        w.add_key_value_metadata(schema.metadata(table))
-    return rows
-
-
-def _encoded(col: pa.Array, type_: pa.DataType) -> pa.Array:
-    if not pa.types.is_dictionary(type_):
-        return col.cast(type_)
-    if not pa.types.is_dictionary(col.type):
-        col = col.cast(type_.value_type).dictionary_encode()
-    return col.cast(type_)
-
-
 def ingest(traces: Sequence[str | Path] | str | Path, out: str | Path, *, require_kernels: bool = True,
            labels: dict[str, str] | None = None, jobs: int = 1, on_error: str = "raise",
            progress: Callable[[RunInfo | Exception, Path | str], None] | None = None,
@@ -355,7 +254,7 @@ def ingest(traces: Sequence[str | Path] | str | Path, out: str | Path, *, requir
     a worker runs, so traces and ``out`` must be paths every worker sees (a shared file system). Workers write only
     their run's files; the manifest is indexed here, once they are done. ``on_error='skip'`` goes on past a bad
     trace and reports each one through ``progress`` (as it completes, like every result). A trace may be a URL
-    (``file://``, or any fsspec protocol, copied where its unit runs: :mod:`traceql.urls`); ``out`` a path or a
+    (``file://``, or any fsspec protocol, copied where its unit runs: :mod:`traceql.sources.urls`); ``out`` a path or a
     ``file://`` URL.
     """
     if isinstance(traces, str | Path):
@@ -391,7 +290,8 @@ def ingest(traces: Sequence[str | Path] | str | Path, out: str | Path, *, requir
 def _ingest_unit(trace: Path | str, out: Path, kwargs: dict) -> RunInfo:
     if isinstance(trace, Path):
         return ingest_one(trace, out, **kwargs)
-    with urls.fetched(trace, out) as copy:  # another protocol: a local copy, where this unit runs
+    # another protocol: a local copy, where this unit runs
+    with urls.fetched(trace, out, store.staging_prefix("fetch")) as copy:
         try:
             return ingest_one(copy, out, source=trace, **kwargs)
         except TraceqlError as exc:  # name the URL, not the copy

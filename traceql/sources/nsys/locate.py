@@ -18,7 +18,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from ..errors import BadInputError, NsysNotFoundError
+from ...errors import BadInputError, NsysNotFoundError
 
 INSTALL_GLOBS = (
     "/opt/nvidia/nsight-systems/*/bin/nsys",

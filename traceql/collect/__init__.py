@@ -24,18 +24,19 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 
-from . import proctree, store
-from .errors import BadInputError, NsysNotFoundError, TraceqlError, UsageError
-from .ncu.derive import FLOP_OPS, SASS_COUNT
-from .nsys.locate import INSTALL_GLOBS, candidates, find_nsys, nsys_version
-from .output import check_folder
+from .. import store
+from ..errors import BadInputError, NsysNotFoundError, TraceqlError, UsageError
+from ..output import check_folder
+from ..sources.ncu.derive import FLOP_OPS, SASS_COUNT
+from ..sources.nsys.locate import INSTALL_GLOBS, candidates, find_nsys, nsys_version
+from . import proctree
 
 ENV_RECORDED = re.compile(r"^(NCCL_|CUDA_|TORCH_|NVSHMEM_|OMP_NUM_THREADS$|WORLD_SIZE$|LOCAL_WORLD_SIZE$|MASTER_"
                           r"|RANK$|LOCAL_RANK$|SLURM_(JOB_ID|PROCID|NODEID|NNODES)$)")
 TOO_OLD = "Unknown runtime API function"
 EXIT_TIMEOUT = 124  # as coreutils timeout(1)
 EXIT_INTERRUPTED = 130  # 128 + SIGINT
-# Nsight Compute preset: the sections traceql.ncu derives its columns from, plus by name the metrics attribution
+# Nsight Compute preset: the sections traceql.sources.ncu derives its columns from, plus by name the metrics attribution
 # needs most and the SASS floating-point counters that FLOP counts come from (see traceql/ncu/derive.py).
 NCU_SECTIONS = ("SpeedOfLight", "LaunchStats", "Occupancy", "MemoryWorkloadAnalysis", "ComputeWorkloadAnalysis")
 NCU_METRICS = ("gpu__time_duration.sum", "sm__throughput.avg.pct_of_peak_sustained_elapsed", "dram__bytes_read.sum",
@@ -232,7 +233,7 @@ def collect(cmd: list[str], out: str | Path = "traceql-runs", *, name: str | Non
     power_file = reports / f"{name}.power.parquet"
     if power:
         # --parent: the sampler ends itself if this process is killed before it can stop it
-        sampler = subprocess.Popen([sys.executable, "-m", "traceql.power", str(power_file),
+        sampler = subprocess.Popen([sys.executable, "-m", "traceql.collect.power", str(power_file),
                                     "--parent", str(os.getpid())], start_new_session=True)
     try:
         outcome = proctree.run(full, timeout, log)
@@ -265,7 +266,7 @@ def collect(cmd: list[str], out: str | Path = "traceql-runs", *, name: str | Non
         messages.append(f"interrupted; the partial report was kept as {report}")
     elif rc != 0:
         messages.append(f"the program exited with code {rc}; its report was kept as {report}")
-    from .ingest import ingest_one
+    from ..ingest import ingest_one
 
     try:
         with (step or _no_step)(f"exporting and ingesting {report.name}"):
@@ -337,7 +338,7 @@ def _collect_ncu(cmd, base: Path, timeout, kernels_regex, nvtx_include, clock_co
     if not report.exists():
         raise BadInputError(f"ncu wrote no report (exit code {rc}); see its output above")
     messages = [f"Nsight Compute report {report}" + (" (partial: collection ended early)" if ended else "")]
-    from .ingest import ingest_one
+    from ..ingest import ingest_one
 
     all_labels = {**environment_labels(cmd), **(labels or {}), "name": base.name, "clock_control": clock_control}
     try:

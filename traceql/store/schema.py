@@ -12,7 +12,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .errors import BadInputError, SchemaVersionError
+from ..errors import BadInputError, SchemaVersionError
 
 SCHEMA_VERSION = 1
 META_VERSION = b"traceql.schema_version"

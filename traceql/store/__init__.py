@@ -30,9 +30,9 @@ from pathlib import Path
 
 import duckdb
 
+from ..errors import BadInputError, MissingInputError, SchemaVersionError
+from ..output import unwritable
 from . import schema
-from .errors import BadInputError, MissingInputError, SchemaVersionError
-from .output import unwritable
 
 MANIFEST = "manifest.json"
 RUN_INFO = "run.json"
@@ -161,6 +161,12 @@ LEGACY_STAGING_AGE_S = 3600
 HOST = socket.gethostname().replace("~", "_").replace("/", "_")
 
 
+def staging_prefix(kind: str = "") -> str:
+    """The name prefix of a staging folder of this process (``kind``: what it holds, as ``fetch``): the next ingest on
+    this host removes it once the process is gone."""
+    return f"{STAGING_PREFIX}{os.getpid()}@{HOST}~" + (f"{kind}-" if kind else "")
+
+
 def staging_dir(root: Path) -> Path:
     """A fresh folder in ``root`` to write a run into before publishing it, named after this process and host, after
     removing the folders that ingests killed mid-way left behind (their process is gone)."""
@@ -169,7 +175,7 @@ def staging_dir(root: Path) -> Path:
         for leftover in root.glob(f"{STAGING_PREFIX}*"):
             if leftover.is_dir() and _abandoned(leftover):
                 shutil.rmtree(leftover, ignore_errors=True)
-        return Path(tempfile.mkdtemp(dir=root, prefix=f"{STAGING_PREFIX}{os.getpid()}@{HOST}~"))
+        return Path(tempfile.mkdtemp(dir=root, prefix=staging_prefix()))
     except OSError as exc:
         raise unwritable(root, exc) from exc
 
@@ -220,7 +226,7 @@ def publish_run(root: Path, staged: Path, run_id: str, entry: dict, *, index: bo
     if (final / RUN_INFO).is_file() or (is_store(root) and run_id in read_manifest(root)["runs"]):
         return False
     if final.exists():  # files of a run that never got its run.json: moved aside in one rename, then removed
-        aside = Path(tempfile.mkdtemp(dir=root, prefix=f"{STAGING_PREFIX}{os.getpid()}@{HOST}~stale-"))
+        aside = Path(tempfile.mkdtemp(dir=root, prefix=staging_prefix("stale")))
         with contextlib.suppress(FileNotFoundError):
             final.rename(aside / run_id)
         shutil.rmtree(aside, ignore_errors=True)
@@ -312,7 +318,7 @@ def connect(run_dirs: Sequence[str | Path] | str | Path, con: duckdb.DuckDBPyCon
             con.register(f"_empty_{table}", schema.empty(table))
             con.execute(f'CREATE OR REPLACE VIEW "{table}" AS SELECT * FROM "_empty_{table}"')
     if views:
-        from .queries_loader import create_views
+        from ..queries_loader import create_views
 
         create_views(con)
     return con

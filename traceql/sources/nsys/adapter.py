@@ -23,8 +23,8 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .. import classify
-from ..errors import BadInputError, SchemaVersionError, TraceqlError
+from ... import classify
+from ...errors import BadInputError, SchemaVersionError, TraceqlError
 from .source import Source
 
 SUPPORTED_MAJOR = {3}

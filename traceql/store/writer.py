@@ -1,0 +1,61 @@
+"""The run writer: what a run records of itself (``RunInfo``) and the streamed Parquet writing of its tables."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from . import schema
+
+
+@dataclass
+class RunInfo:
+    run_id: str
+    source_path: str
+    sha256: str
+    format: str
+    tables: dict[str, int] = field(default_factory=dict)
+    already: bool = False
+    warnings: list[str] = field(default_factory=list)
+    repairs: dict[str, int] = field(default_factory=dict)  # odd rows dropped at ingest, by table.reason (screen.py)
+    labels: dict[str, str] = field(default_factory=dict)
+
+    def manifest_entry(self) -> dict:
+        """What the run store's manifest records of the run."""
+        return {k: v for k, v in asdict(self).items() if k not in ("already", "warnings")}
+
+
+def write_streamed(table: str, batches, run_id: str, path: Path) -> int:
+    """Write ``batches`` as they come, so that a table of any size takes the memory of a few batches.
+
+    String columns are written dictionary-encoded (run_id always; others when the batches bring them so,
+    as gpu_metrics' metric names): Parquet stores them as dictionary pages either way, but no string is then
+    copied or hashed per row. The file stores no Arrow schema, which would make readers return dictionaries:
+    it reads back with the plain types of the schema, and carries the schema version like every other file.
+    """
+    target = schema.TABLES[table]
+    encoded = pa.schema([pa.field(f.name, pa.dictionary(pa.int32(), f.type)) if f.type == pa.string() else f
+                         for f in target])
+    run_ids = pa.array([run_id], pa.string())
+    rows = 0
+    with pq.ParquetWriter(path, encoded, compression="zstd", store_schema=False) as w:
+        for batch in batches or ():
+            if batch.num_rows == 0:
+                continue
+            cols = [pa.DictionaryArray.from_arrays(pa.repeat(pa.scalar(0, pa.int32()), batch.num_rows), run_ids)
+                    if f.name == "run_id" else as_encoded(batch.column(f.name), f.type) for f in encoded]
+            w.write_batch(pa.RecordBatch.from_arrays(cols, schema=encoded))
+            rows += batch.num_rows
+        w.add_key_value_metadata(schema.metadata(table))
+    return rows
+
+
+def as_encoded(col: pa.Array, type_: pa.DataType) -> pa.Array:
+    if not pa.types.is_dictionary(type_):
+        return col.cast(type_)
+    if not pa.types.is_dictionary(col.type):
+        col = col.cast(type_.value_type).dictionary_encode()
+    return col.cast(type_)
