@@ -17,9 +17,10 @@ import pyarrow.parquet as pq
 import pytest
 from synthetic import NCCL_NAME, launches, make_store
 
-from traceql import analysis, schema, store
+from traceql import analysis, store
 from traceql.attribute import attribute
 from traceql.classify import classify_names
+from traceql.store import schema
 
 STEP_NS = 1_000_000
 
