@@ -31,7 +31,7 @@ import numpy as np
 
 import traceql
 from traceql import store
-from traceql.diff import ABS_NOISE_NS, FRACTION_NOISE, RUN_NOISE, STEP_NOISE
+from traceql.diff_model import ABS_NOISE_NS, FRACTION_NOISE, RUN_NOISE, STEP_NOISE
 from traceql.ingest import ingest
 
 ROOT = Path(__file__).resolve().parent.parent

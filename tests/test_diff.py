@@ -21,8 +21,9 @@ from hypothesis import strategies as st
 from synthetic import launches, make_store
 
 from traceql import gates, stats
-from traceql.diff import GATE_COLUMNS, RUN_NOISE, diff, energy
+from traceql.diff import diff, energy
 from traceql.diff_match import match_signatures, normalizer, nvtx_label_changes
+from traceql.diff_model import GATE_COLUMNS, RUN_NOISE
 from traceql.errors import BadInputError
 from traceql.report import report
 from traceql.report.diff import load_diff_recipe
