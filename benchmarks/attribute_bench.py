@@ -6,7 +6,7 @@
                                          [--max-spill-gib 16]
 
 The run store is written directly as Parquet with the real schema (``traceql.store.schema.TABLES``, through
-``schema.writer``), one file per table under ``DIR/runs/<run_id>/`` and a ``manifest.json`` in
+``schema.writer``), one file per table under ``DIR/runs/run_id=<run_id>/`` and a ``manifest.json`` in
 ``traceql.store``'s format, so the benchmark measures attribution only, not ingest. One run, ``--devices`` GPUs
 (132 SMs each, one process per GPU), ``--kernels`` kernels in all:
 
@@ -279,7 +279,7 @@ def generate(root: Path, kernels: int, devices: int, metrics_hz: int, seed: int)
     params = {"kernels": kernels, "devices": devices, "metrics_hz": metrics_hz, "seed": seed, "bench": 1}
     digest = hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()
     run_id = digest[:16]
-    run_dir = root / "runs" / run_id
+    run_dir = store.run_dir(root, run_id)
     run_dir.mkdir(parents=True)
     rng = np.random.default_rng(seed)
     sigs, traits, n_stream = signatures(rng)

@@ -24,6 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from traceql import store
+
 COMMANDS = ("ingest", "sql", "attribute", "report", "collect")
 TEMP_GLOBS = (".tmp-*", ".manifest-*", ".*.tmp", "*.tmp")
 
@@ -172,7 +174,7 @@ def store_problems(root: Path) -> list[str]:
         return [f"manifest unreadable: {exc}"]
     for run_id, entry in manifest.get("runs", {}).items():
         for table in entry.get("tables", {}):
-            f = root / "runs" / run_id / f"{table}.parquet"
+            f = store.run_dir(root, run_id) / f"{table}.parquet"
             if not f.is_file():
                 problems.append(f"{f} listed but missing")
                 continue

@@ -6,7 +6,7 @@
                devices=[dict(device_id=0, sm_count=100)])
 
 Every table of :data:`traceql.store.schema.TABLES` is written (empty ones too) with
-``traceql.store.schema.write`` into ``path/runs/<run_id>/<table>.parquet``, and the run is added to
+``traceql.store.schema.write`` into ``path/runs/run_id=<run_id>/<table>.parquet``, and the run is added to
 ``path/manifest.json`` in the format of :mod:`traceql.store` (several calls with different
 ``run_id`` build a store of several runs). Columns not given get sensible defaults:
 
@@ -195,7 +195,7 @@ def make_store(path: str | Path, *, kernels: Sequence[dict] = (), memcpy: Sequen
             raise KeyError(f"unknown table {name}")
         rows[name] = [dict(r) for r in extra]
 
-    run_dir = root / "runs" / run_id
+    run_dir = store.run_dir(root, run_id)
     run_dir.mkdir(parents=True, exist_ok=True)
     counts = {}
     for name, table_rows in rows.items():

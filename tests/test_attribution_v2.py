@@ -239,7 +239,7 @@ def test_output_is_deterministic(tmp_path, contention_parquet_run, train_ddp_run
     both = tmp_path / "both"
     shutil.copytree(contention_parquet_run, both)
     for rid, entry in store.read_manifest(train_ddp_run)["runs"].items():
-        shutil.copytree(train_ddp_run / "runs" / rid, both / "runs" / rid)
+        shutil.copytree(store.run_dir(train_ddp_run, rid), store.run_dir(both, rid))
         with store.locked_manifest(both) as manifest:
             manifest["runs"][rid] = entry
     alone = json.loads(first)

@@ -16,6 +16,7 @@ import pytest
 from conftest import H200, NSYS2022, run_cli
 
 import traceql
+from traceql import store
 from traceql.errors import NsysNotFoundError
 from traceql.sources.nsys import locate
 
@@ -235,7 +236,7 @@ def test_sql_on_future_parquet(tmp_path, base_store):
     run = tmp_path / "run"
     shutil.copytree(base_store, run)
     (run_id,) = json.loads((run / "manifest.json").read_text())["runs"]
-    path = run / "runs" / run_id / "nvtx.parquet"
+    path = store.run_dir(run, run_id) / "nvtx.parquet"
     table = pq.read_table(path)
     meta = dict(table.schema.metadata)
     assert meta[b"traceql.schema_version"] == b"1"

@@ -106,7 +106,7 @@ def test_local_cluster_equals_local_executor(tmp_path, rank_files, synthetic_run
     # the client wrote the index; the workers wrote only their runs (each complete, with its run.json)
     raw = json.loads((tmp_path / "dask" / "manifest.json").read_text())
     assert sorted(raw["runs"]) == sorted(index_dask["runs"])
-    assert all((tmp_path / "dask" / "runs" / rid / "run.json").is_file() for rid in raw["runs"])
+    assert all((store.run_dir(tmp_path / "dask", rid) / "run.json").is_file() for rid in raw["runs"])
     assert not list((tmp_path / "dask").glob(".tmp-*"))
 
     inputs = {name: [tmp_path / name, synthetic_runs] for name in ("dask", "local")}
@@ -160,9 +160,9 @@ def _ingest_while_killing(files, out, spec) -> tuple[list, list[str], list[int]]
 def _assert_nothing_half_written(out: Path, infos) -> None:
     runs = store.read_manifest(out)["runs"]
     assert sorted(runs) == sorted(i.run_id for i in infos)
-    assert sorted(p.name for p in (out / "runs").iterdir()) == sorted(runs)
+    assert sorted(store.run_id_of(p) for p in (out / "runs").iterdir()) == sorted(runs)
     for rid in runs:
-        assert (out / "runs" / rid / "run.json").is_file()
+        assert (store.run_dir(out, rid) / "run.json").is_file()
     con = traceql.connect(out, views=False)
     counts = dict(con.sql("SELECT run_id, count(*) FROM kernels GROUP BY 1").fetchall())
     assert counts == {i.run_id: i.tables["kernels"] for i in infos}
@@ -202,9 +202,9 @@ def test_reader_takes_published_runs_and_names_those_being_written(tmp_path, cap
     assert list(store.read_manifest(out)["runs"]) == [rid]
     assert traceql.connect(out, views=False).sql("SELECT count(*) FROM runs").fetchall() == [(1,)]
     # a run folder still being written (no run.json yet) is named and left out
-    partial = out / "runs" / "00000000000000aa"
+    partial = store.run_dir(out, "00000000000000aa")
     partial.mkdir()
-    shutil.copy(out / "runs" / rid / "kernels.parquet", partial / "kernels.parquet")
+    shutil.copy(store.run_dir(out, rid) / "kernels.parquet", partial / "kernels.parquet")
     assert list(store.read_manifest(out)["runs"]) == [rid]
     assert "00000000000000aa" in capsys.readouterr().err
     # the index is rebuilt from the runs' own run.json

@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import raw_query
 
+from traceql import store
 from traceql.sources.nsys.adapter import adapter_for
 from traceql.sources.nsys.source import open_source
 from traceql.store import schema
@@ -79,7 +80,7 @@ def test_read_with_rowid_gaps(overlap_sqlite, tmp_path):
 
 def test_ingested_file_equals_raw_join(overlap_run, overlap_sqlite):
     (run_id,) = json.loads((overlap_run / "manifest.json").read_text())["runs"]
-    path = overlap_run / "runs" / run_id / "gpu_metrics.parquet"
+    path = store.run_dir(overlap_run, run_id) / "gpu_metrics.parquet"
     assert pq.read_schema(path).remove_metadata() == schema.TABLES["gpu_metrics"]  # plain strings, not dictionaries
     assert schema.check_file(path) == "gpu_metrics"
     table = pq.read_table(path)

@@ -14,6 +14,7 @@ import pytest
 from conftest import H200, NSYS2022, raw_query, run_cli
 
 import traceql
+from traceql import store
 from traceql.sources.nsys import locate
 from traceql.sources.nsys.locate import nsys_version
 from traceql.store import schema
@@ -25,7 +26,7 @@ NCCL_OPS = {"AllReduce": "all_reduce", "AllGather": "all_gather", "ReduceScatter
 def run_table(run: Path, table: str) -> pa.Table:
     """The one run's Parquet file of ``table``, read with pyarrow (not through traceql)."""
     (run_id,) = json.loads((run / "manifest.json").read_text())["runs"]
-    return pq.read_table(run / "runs" / run_id / f"{table}.parquet")
+    return pq.read_table(store.run_dir(run, run_id) / f"{table}.parquet")
 
 
 # -- overlap: 2x H200, GEMMs + NCCL, GPU metrics ------------------------------------------------
@@ -259,7 +260,7 @@ def test_nsys2022_nvtx(cpu_nvtx_run):
 def test_nsys2022_empty_kernels_typed(cpu_nvtx_run):
     (run_id,) = json.loads((cpu_nvtx_run / "manifest.json").read_text())["runs"]
     for table in ("kernels", "memcpy", "memset", "runtime_api", "gpu_metrics", "devices"):
-        path = cpu_nvtx_run / "runs" / run_id / f"{table}.parquet"
+        path = store.run_dir(cpu_nvtx_run, run_id) / f"{table}.parquet"
         assert pq.read_metadata(path).num_rows == 0, table
         assert pq.read_schema(path).remove_metadata() == schema.TABLES[table], table
     con = traceql.connect(cpu_nvtx_run, views=False)

@@ -386,7 +386,7 @@ def test_store_without_ncu_tables(tmp_path, contention_sqlite_run):
     for run_id, entry in manifest["runs"].items():
         for table in ("ncu_metrics", "ncu_kernels"):
             entry["tables"].pop(table, None)
-            (out / "runs" / run_id / f"{table}.parquet").unlink(missing_ok=True)
+            (store.run_dir(out, run_id) / f"{table}.parquet").unlink(missing_ok=True)
     (out / "manifest.json").write_text(json.dumps(manifest))
     con = traceql.connect(out)
     assert con.sql("SELECT count(*) FROM ncu_kernels").fetchall()[0][0] == 0

@@ -28,6 +28,8 @@ from conftest import H200, NSYS2022
 from reliability import CASES, Env, Run, case, check
 from synthetic import launches, make_store
 
+from traceql.store import run_dir
+
 RESULTS: dict[str, dict] = {}
 
 
@@ -1030,7 +1032,7 @@ def _sql(env, store: Path, query: str = "SELECT count(*) FROM kernels", *extra, 
 
 def _run_file(store: Path, table: str) -> Path:
     (run_id,) = json.loads(_manifest(store).read_text())["runs"]
-    return store / "runs" / run_id / f"{table}.parquet"
+    return run_dir(store, run_id) / f"{table}.parquet"
 
 
 @case("sql", "a folder that is not a run store", words="traceql ingest")

@@ -12,6 +12,7 @@ import pytest
 from conftest import raw_query, run_cli
 
 import traceql
+from traceql import store
 
 KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
 
@@ -79,7 +80,7 @@ def test_odd_rows_are_dropped_counted_and_reported(tmp_path, odd_export, content
     manifest = json.loads((out / "manifest.json").read_text())
     (run_id,) = manifest["runs"]
     assert manifest["runs"][run_id]["repairs"] == expected
-    assert json.loads((out / "runs" / run_id / "run.json").read_text())["repairs"] == expected
+    assert json.loads((store.run_dir(out, run_id) / "run.json").read_text())["repairs"] == expected
     con = traceql.connect(out)
     assert dict(con.sql("SELECT repairs FROM runs").fetchall()[0][0]) == expected
     # what is left: every kernel with both times, a device, end >= start, once
@@ -119,7 +120,7 @@ def test_runs_of_an_older_store_read_repairs_as_null(tmp_path, overlap_run):
     old = tmp_path / "old"
     shutil.copytree(overlap_run, old)
     (run_id,) = json.loads((old / "manifest.json").read_text())["runs"]
-    path = old / "runs" / run_id / "runs.parquet"
+    path = store.run_dir(old, run_id) / "runs.parquet"
     table = pq.read_table(path)
     pq.write_table(table.drop(["repairs"]).replace_schema_metadata(table.schema.metadata), path)
     con = traceql.connect(old, views=False)

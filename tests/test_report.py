@@ -21,6 +21,7 @@ from conftest import H200, NSYS2022, run_cli
 from synthetic import launches, make_store
 
 import traceql
+from traceql import store
 from traceql.errors import BadInputError, MissingInputError
 from traceql.report import recipe as recipes
 from traceql.report import report
@@ -144,7 +145,7 @@ def test_overlap_report_covers_every_traced_run(overlap_report):
     names = _suite_runs()
     assert not rep.skipped
     # the header counts traces and Nsight Compute profiles apart, and names the recipe once
-    formats = [json.loads((SUITE / "runs" / rid / "run.json").read_text())["format"] for rid in names.values()]
+    formats = [json.loads((store.run_dir(SUITE, rid) / "run.json").read_text())["format"] for rid in names.values()]
     profiles = formats.count("ncu-rep")
     assert profiles == 1
     meta = re.search(r'<p class="meta">(.*?)</p>', out.read_text(), re.S).group(1)
@@ -205,7 +206,7 @@ def test_power_chart_has_every_sample_of_the_run(overlap_report):
     sec = next(s for s in rep.sections if s.section.chart == "power")
     names = _suite_runs()
     for label, tables in sec.per_run:
-        expected = pq.read_table(SUITE / "runs" / names[label] / "power.parquet").num_rows
+        expected = pq.read_table(store.run_dir(SUITE, names[label]) / "power.parquet").num_rows
         assert tables["power"].num_rows == expected
         if expected:
             spec = CHARTS["power"].fn(tables, {}).to_dict()
@@ -218,9 +219,9 @@ def test_microbench_effects_match_an_independent_computation(tmp_path):
     rep = report(SUITE, tmp_path / "m.html", recipe="microbench")
     effects = next(s for s in rep.sections if s.section.table == "effects").tables["effects"].to_pylist()
     overlap_id = _suite_runs()["overlap"]
-    nvtx = pq.read_table(SUITE / "runs" / overlap_id / "nvtx.parquet").to_pylist()
-    kernels = pq.read_table(SUITE / "runs" / overlap_id / "kernels.parquet").to_pylist()
-    api = pq.read_table(SUITE / "runs" / overlap_id / "runtime_api.parquet").to_pylist()
+    nvtx = pq.read_table(store.run_dir(SUITE, overlap_id) / "nvtx.parquet").to_pylist()
+    kernels = pq.read_table(store.run_dir(SUITE, overlap_id) / "kernels.parquet").to_pylist()
+    api = pq.read_table(store.run_dir(SUITE, overlap_id) / "runtime_api.parquet").to_pylist()
     kernel_of = {(k["global_pid"], k["correlation_id"]): k for k in kernels}
     launches_by_tid: dict[int, list[dict]] = {}
     for a in api:
@@ -253,7 +254,7 @@ def test_kernels_and_power_recipes(tmp_path):
     rep = report(SUITE, tmp_path / "p.html", recipe="power")
     summary = rep.sections[0].tables["summary"].to_pylist()
     ddp = [r for r in summary if r["run"] == "train_ddp"]
-    power = pq.read_table(SUITE / "runs" / _suite_runs()["train_ddp"] / "power.parquet").to_pylist()
+    power = pq.read_table(store.run_dir(SUITE, _suite_runs()["train_ddp"]) / "power.parquet").to_pylist()
     for r in ddp:
         mine = sorted((p for p in power if p["device_id"] == r["device_id"]), key=lambda p: p["ts_ns"])
         joules = mine[-1]["energy_j"] - mine[0]["energy_j"]

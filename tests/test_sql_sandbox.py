@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO, run_cli
 
+from traceql import store
 from traceql.errors import BadInputError
 from traceql.sqlcmd import query
 
@@ -24,7 +25,7 @@ def _digests(root: Path) -> dict[str, str]:
 
 def _kernels_file(run: Path) -> Path:
     (run_id,) = json.loads((run / "manifest.json").read_text())["runs"]
-    return run / "runs" / run_id / "kernels.parquet"
+    return store.run_dir(run, run_id) / "kernels.parquet"
 
 
 @pytest.mark.parametrize("make_sql", [

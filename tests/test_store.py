@@ -14,6 +14,7 @@ import pytest
 from conftest import H200, NSYS2022, REPO, raw_query, run_cli
 
 import traceql
+from traceql import store
 from traceql.store import schema
 
 CPU_NVTX = NSYS2022 / "cpu_nvtx.sqlite"
@@ -47,7 +48,7 @@ def test_run_id_is_sha256_prefix(tmp_path):
     (info,) = traceql.ingest(CPU_NVTX, tmp_path / "run", require_kernels=False)
     digest = hashlib.sha256(CPU_NVTX.read_bytes()).hexdigest()
     assert (info.sha256, info.run_id) == (digest, digest[:16])
-    assert sorted(p.name for p in (tmp_path / "run" / "runs").iterdir()) == [digest[:16]]
+    assert sorted(store.run_id_of(p) for p in (tmp_path / "run" / "runs").iterdir()) == [digest[:16]]
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +84,7 @@ def test_connect_ignores_leftovers(tmp_path, two_run_store):
     con = traceql.connect(out, views=False)
     before = {t: con.execute(f'SELECT count(*) FROM "{t}"').fetchone()[0] for t in schema.TABLES}
     # An interrupted ingest: a .tmp-* folder with complete-looking files, and a run folder the manifest lacks.
-    for leftover in (out / ".tmp-0123456789abcdef-x1y2", out / "runs" / "0123456789abcdef"):
+    for leftover in (out / ".tmp-0123456789abcdef-x1y2", store.run_dir(out, "0123456789abcdef")):
         shutil.copytree(next((out / "runs").iterdir()), leftover)
         (leftover / "junk.parquet").write_bytes(b"not parquet")
     con = traceql.connect(out, views=False)
@@ -95,7 +96,7 @@ def test_connect_ignores_leftovers(tmp_path, two_run_store):
 def test_every_parquet_file_carries_schema_version(two_run_store):
     out, ids = two_run_store
     for run_id in ids.values():
-        files = sorted((out / "runs" / run_id).glob("*.parquet"))
+        files = sorted(store.run_dir(out, run_id).glob("*.parquet"))
         assert sorted(f.stem for f in files) == sorted(schema.TABLES)
         for f in files:
             meta = pq.read_schema(f).metadata

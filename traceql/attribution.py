@@ -222,9 +222,9 @@ def ncu_store(items: list[Path], input_dirs: list[Path], workdir: Path) -> tuple
         src, runs = ncu_runs_of(item, scratch)
         per_item[item] = sorted(runs)
         for rid, entry in runs.items():
-            if rid in have or (out / "runs" / rid).exists():
+            if rid in have or store.run_dir(out, rid).exists():
                 continue
-            shutil.copytree(src / "runs" / rid, out / "runs" / rid)
+            shutil.copytree(store.run_dir(src, rid), store.run_dir(out, rid))
             with store.locked_manifest(out) as manifest:
                 manifest["runs"][rid] = entry
     return (out if store.is_store(out) else None), per_item

@@ -141,6 +141,26 @@ def ingest(
 
 
 @app.command()
+def migrate(
+    run_dirs: Annotated[list[Path], typer.Argument(help="Run directories written by an earlier traceql.",
+                                                   show_default=False)],
+) -> None:
+    """Bring run directories of an earlier layout to this traceql's, in place (nothing is re-ingested)."""
+    from .store import migrate as do_migrate
+
+    with _ctrl_c("each run is in the old layout or the new one; run the command again to finish"), \
+            _progress() as bar:
+        for d in run_dirs:
+            task = bar.add_task(f"migrate {d}", total=None)
+
+            def progress(done: int, total: int, run_id: str, task=task) -> None:
+                bar.update(task, completed=done, total=total)
+
+            n = do_migrate(d, progress)
+            _say(bar, f"{d}: {n} run(s) migrated" if n else f"{d}: already in the current layout")
+
+
+@app.command()
 def sql(
     run_dirs: RunDirs,
     query: Annotated[str, typer.Option("-q", "--query", help="SQL to run; or give it as the last argument.")] = "",

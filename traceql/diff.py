@@ -101,7 +101,7 @@ def _narrowed_store(path: Path, selectors: list[str], dest: Path) -> Path:
     keep = {**chosen, **{rid: e for rid, e in runs.items() if e.get("format") == NCU_FORMAT}}
     (dest / "runs").mkdir(parents=True)
     for rid in keep:
-        (dest / "runs" / rid).symlink_to((path / "runs" / rid).resolve(), target_is_directory=True)
+        store.run_dir(dest, rid).symlink_to(store.run_dir(path, rid).resolve(), target_is_directory=True)
     manifest = store.new_manifest()
     manifest["runs"] = keep
     (dest / store.MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True))

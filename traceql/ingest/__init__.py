@@ -13,7 +13,6 @@ import json
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from dataclasses import asdict
 from pathlib import Path
 
 import duckdb
@@ -30,7 +29,7 @@ from ..sources.nsys.adapter import adapter_for
 from ..sources.nsys.locate import export_report
 from ..sources.nsys.source import open_source
 from ..store import schema, screen
-from ..store.writer import RunInfo, write_streamed
+from ..store.writer import KERNEL_ORDER, RunInfo, finish_run, write_streamed
 from ..version import __version__
 
 EVENT_TABLES = ("kernels", "memcpy", "memset", "nvtx", "runtime_api", "gpu_metrics")
@@ -186,6 +185,8 @@ def _write_run(trace: Path, export: Path, fmt: str, ident: _Identity, tmp: Path,
                 info.run_id, info.sha256 = ident.claim(), ident.digest
             data = schema.empty(table).drop(["run_id"]) if data is None else data
             data, dropped = screen.screen(table, data)
+            if table == "kernels":
+                data = data.sort_by(KERNEL_ORDER)
             info.repairs.update(dropped)
             data = data.append_column("run_id", pa.repeat(pa.scalar(info.run_id, pa.string()), data.num_rows))
             try:
@@ -236,7 +237,7 @@ def _write_run(trace: Path, export: Path, fmt: str, ident: _Identity, tmp: Path,
         })
         schema.write("runs", runs, tmp / "runs.parquet")
         info.tables["runs"] = 1
-        (tmp / "run.json").write_text(json.dumps(asdict(info), indent=2))
+        finish_run(tmp, info)
     finally:
         con.close()
         source.close()

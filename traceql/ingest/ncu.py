@@ -1,7 +1,7 @@
 """``traceql ingest REPORT.ncu-rep``: an Nsight Compute report becomes one run of the run store.
 
 Same store machinery as nsys traces: the run_id is the start of the input's sha256, the tables are
-written in a temporary folder inside the run directory and renamed into ``runs/<run_id>/`` before
+written in a temporary folder inside the run directory and renamed into ``runs/run_id=<run_id>/`` before
 the manifest (written atomically, under its lock) names the run. The run holds ``ncu_metrics``
 (every metric of every profiled kernel), ``ncu_kernels`` (one derived row per kernel) and ``runs``;
 the tables an Nsight Systems trace fills are written empty.
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from dataclasses import asdict
 from pathlib import Path
 
 import pyarrow as pa
@@ -22,7 +21,7 @@ from ..sources.inputs import DECOMPRESSORS, decompress, sha256_of
 from ..sources.ncu.derive import derive
 from ..sources.ncu.report import ProfiledKernel, Report, read_report
 from ..store import schema
-from ..store.writer import RunInfo
+from ..store.writer import RunInfo, finish_run
 from ..version import __version__
 
 SUFFIX = ".ncu-rep"
@@ -121,4 +120,4 @@ def _write_run(report: Report, trace: Path, run_id: str, digest: str, labels: di
     })
     schema.write("runs", runs, tmp / "runs.parquet")
     info.tables["runs"] = 1
-    (tmp / "run.json").write_text(json.dumps(asdict(info), indent=2))
+    finish_run(tmp, info)

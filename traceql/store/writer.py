@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -22,10 +23,25 @@ class RunInfo:
     warnings: list[str] = field(default_factory=list)
     repairs: dict[str, int] = field(default_factory=dict)  # odd rows dropped at ingest, by table.reason (screen.py)
     labels: dict[str, str] = field(default_factory=dict)
+    files: dict[str, int] = field(default_factory=dict)  # bytes of each table's file, as written
 
     def manifest_entry(self) -> dict:
         """What the run store's manifest records of the run."""
         return {k: v for k, v in asdict(self).items() if k not in ("already", "warnings")}
+
+
+def finish_run(folder: Path, info: RunInfo) -> None:
+    """Record the size of every table file in ``folder`` and write the run's ``run.json``, last: a run folder with
+    its ``run.json`` is complete, and a file of another size than recorded is checked when the store is opened."""
+    info.files = {table: (folder / f"{table}.parquet").stat().st_size for table in info.tables
+                  if (folder / f"{table}.parquet").is_file()}
+    (folder / "run.json").write_text(json.dumps(asdict(info), indent=2))
+
+
+# the order of a kernels file: by device and time (a sweep reads each device's kernels in one pass), then the ids
+# that make it total, so that one input always gives the same file
+KERNEL_ORDER = [("device_id", "ascending"), ("start_ns", "ascending"), ("end_ns", "ascending"),
+                ("global_pid", "ascending"), ("stream_id", "ascending"), ("correlation_id", "ascending")]
 
 
 def write_streamed(table: str, batches, run_id: str, path: Path) -> int:

@@ -1,0 +1,144 @@
+"""The run store's layout 2: Hive-style run folders that other engines read as they are, kernels in (device, time)
+order, file sizes recorded at ingest so that opening a store reads no footer of an unchanged file, and the migration
+of a store of layout 1 (a real one, written by traceql on a GPU machine: ``tests/data/store_v1``)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+import pytest
+from conftest import H200, run_cli
+
+import traceql
+from traceql import store
+from traceql.store import schema
+from traceql.store.writer import KERNEL_ORDER
+
+V1 = Path(__file__).parent / "data" / "store_v1"
+
+
+@pytest.fixture()
+def v1_store(tmp_path) -> Path:
+    dst = tmp_path / "v1"
+    shutil.copytree(V1, dst)
+    return dst
+
+
+def _rows(path: Path) -> list[tuple]:
+    """A file's rows as a sorted list (order-free comparison)."""
+    table = pq.read_table(path)
+    return sorted(tuple(map(repr, r.values())) for r in table.to_pylist())
+
+
+def test_layout_1_is_refused_with_the_command_that_migrates_it(v1_store):
+    with pytest.raises(traceql.SchemaVersionError, match=f"traceql migrate {v1_store}"):
+        traceql.connect(v1_store)
+    rc, out, err = run_cli("sql", v1_store, "SELECT count(*) FROM kernels")
+    assert rc == 2 and "traceql migrate" in err and "Traceback" not in err
+    rc, _, err = run_cli("ingest", H200 / "contention.sqlite.xz", "-o", v1_store)  # nor written into
+    assert rc == 2 and "traceql migrate" in err
+    assert sorted(p.name for p in (v1_store / "runs").iterdir()) == sorted(json.loads(
+        (V1 / "manifest.json").read_text())["runs"])  # untouched
+
+
+def test_migrate_a_real_layout_1_store(v1_store):
+    before = {rid: {f.stem: _rows(f) for f in (v1_store / "runs" / rid).glob("*.parquet")}
+              for rid in json.loads((v1_store / "manifest.json").read_text())["runs"]}
+    rc, out, err = run_cli("migrate", v1_store)
+    assert rc == 0, err
+    assert "2 run(s) migrated" in out + err
+    manifest = json.loads((v1_store / "manifest.json").read_text())
+    assert manifest["layout"] == store.LAYOUT and sorted(manifest["runs"]) == sorted(before)
+    for rid, tables in before.items():
+        folder = store.run_dir(v1_store, rid)
+        assert folder.name == f"run_id={rid}"
+        info = json.loads((folder / "run.json").read_text())
+        assert info["files"] == {t: (folder / f"{t}.parquet").stat().st_size for t in info["tables"]}
+        for table, rows in tables.items():
+            if table != "runs":  # the same rows, whatever their order
+                assert _rows(folder / f"{table}.parquet") == rows, (rid, table)
+        kernels = pq.read_table(folder / "kernels.parquet")
+        assert kernels.equals(kernels.sort_by(KERNEL_ORDER))
+        runs = pq.read_table(folder / "runs.parquet")
+        assert runs.schema.names == schema.TABLES["runs"].names  # the column added later, as NULL
+        schema.check_file(folder / "runs.parquet", "runs")
+    con = traceql.connect(v1_store)
+    assert con.sql("SELECT count(*) FROM kernels").fetchall()[0][0] == sum(
+        len(t.get("kernels", [])) for t in before.values())
+    rc, out, err = run_cli("migrate", v1_store)  # once is enough
+    assert rc == 0 and "already in the current layout" in out + err
+
+
+def test_an_interrupted_migration_is_finished_by_running_it_again(v1_store):
+    calls = []
+
+    def stop_after_first(done, total, run_id):
+        calls.append(run_id)
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        store.migrate(v1_store, stop_after_first)
+    names = sorted(p.name for p in (v1_store / "runs").iterdir())
+    assert names[0].startswith("run_id=") != names[1].startswith("run_id=")  # one run each way, none half
+    with pytest.raises(traceql.SchemaVersionError, match="traceql migrate"):
+        traceql.connect(v1_store)  # the index still says layout 1 until every run is done
+    assert store.migrate(v1_store) == 1
+    assert all(store.run_id_of(p) for p in (v1_store / "runs").iterdir())
+    assert len(store.read_manifest(v1_store)["runs"]) == 2
+
+
+def test_other_engines_read_the_store_as_it_is(two_run_store):
+    """DuckDB, polars and pyarrow read a table of every run by Hive partition discovery; the rows per run are those
+    traceql's views give."""
+    pl = pytest.importorskip("polars")
+    out, _ = two_run_store
+    want = dict(traceql.connect(out, views=False).sql("SELECT run_id, count(*) FROM kernels GROUP BY 1").fetchall())
+    assert len(want) == 2 and all(want.values())
+    glob = str(out / "runs" / "*" / "kernels.parquet")
+    got_duckdb = dict(duckdb.sql(f"SELECT run_id, count(*) FROM read_parquet('{glob}', hive_partitioning = true, "
+                                 "hive_types = {'run_id': VARCHAR}) GROUP BY 1").fetchall())
+    got_polars = dict(pl.scan_parquet(glob, hive_partitioning=True).group_by("run_id").len().collect().rows())
+    files = sorted(str(p) for p in (out / "runs").glob("*/kernels.parquet"))
+    dataset = ds.dataset(files, format="parquet", partitioning="hive", partition_base_dir=str(out / "runs"))
+    counts = dataset.to_table(columns=["run_id"]).group_by("run_id").aggregate([([], "count_all")])
+    got_pyarrow = dict(zip(counts["run_id"].to_pylist(), counts["count_all"].to_pylist(), strict=True))
+    assert got_duckdb == got_polars == got_pyarrow == want
+
+
+def test_kernels_are_written_in_device_and_time_order(two_run_store):
+    out, ids = two_run_store
+    for rid in ids.values():
+        kernels = pq.read_table(store.run_dir(out, rid) / "kernels.parquet")
+        assert kernels.num_rows and kernels.equals(kernels.sort_by(KERNEL_ORDER))
+
+
+def test_open_reads_the_footer_of_a_changed_file_only(tmp_path, two_run_store, monkeypatch):
+    out = tmp_path / "s"
+    shutil.copytree(two_run_store[0], out)
+    checked: list[str] = []
+    real = schema.check_file
+    monkeypatch.setattr(schema, "check_file", lambda p, t=None: checked.append(Path(p).name) or real(p, t))
+    traceql.connect(out, views=False)
+    assert checked == []  # every file is the one its run recorded
+    rid = sorted(store.read_manifest(out)["runs"])[0]
+    victim = store.run_dir(out, rid) / "devices.parquet"
+    table = pq.read_table(victim)
+    pq.write_table(table.append_column("extra", pa.nulls(table.num_rows)), victim)  # another file, another size
+    traceql.connect(out, views=False)
+    assert checked == ["devices.parquet"]
+    victim.write_bytes(victim.read_bytes()[:100])
+    with pytest.raises(traceql.BadInputError, match="devices.parquet"):
+        traceql.connect(out, views=False)
+
+
+@pytest.fixture(scope="module")
+def two_run_store(tmp_path_factory) -> tuple[Path, dict[str, str]]:
+    out = tmp_path_factory.mktemp("v2") / "runs"
+    infos = traceql.ingest([H200 / "contention.sqlite.xz", H200 / "overlap.sqlite.xz"], out)
+    return out, {i.source_path: i.run_id for i in infos}
