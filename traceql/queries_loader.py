@@ -47,37 +47,56 @@ def header_columns(sql: str) -> list[tuple[str, str]]:
 
 
 def create_views(con: duckdb.DuckDBPyConnection) -> list[str]:
-    """Create every view; a view whose dependencies do not exist yet is retried after the others.
+    """Create every view, each after the views it reads (a view whose dependencies do not exist yet is retried
+    after the others).
 
     DuckDB binds a view when it is created, expanding every view it reads, so creating a deep chain of views one
     over the other costs far more than each view's own SQL (seconds for the analysis views). Each view is therefore
-    bound against stand-ins of the views it reads (empty tables of their columns) and given its real definition
-    afterwards, downstream first, while what it reads is still a stand-in: every definition is bound once, alone.
+    first a stand-in: an empty temporary table of its columns, under its own name (the temporary schema is searched
+    first), made from its definition bound against the stand-ins of the views it reads. Then every view is created
+    with its real definition, bound against those stand-ins again (one level deep), and the stand-ins are dropped.
     """
-    pending = [(name.removesuffix(".sql"), sql.strip().rstrip(";")) for name, sql in query_files()]
+    pending = _in_dependency_order([(n.removesuffix(".sql"), sql.strip().rstrip(";")) for n, sql in query_files()])
     created: list[tuple[str, str]] = []
     try:
         while pending:
             failed = []
             for view, sql in pending:
                 try:
-                    con.execute(f'CREATE OR REPLACE VIEW "{view}" AS {sql}')
+                    con.execute(f'CREATE OR REPLACE TEMP TABLE "{view}" AS SELECT * FROM ({sql}) LIMIT 0')
                 except duckdb.CatalogException as exc:
                     failed.append((view, sql, exc))
                     continue
                 created.append((view, sql))
-                con.execute(f'CREATE OR REPLACE TEMP TABLE "_stand_in_{view}" AS SELECT * FROM "{view}" LIMIT 0')
-                con.execute(f'CREATE OR REPLACE VIEW "{view}" AS SELECT * FROM temp."_stand_in_{view}"')
             if len(failed) == len(pending):
                 view, _, exc = failed[0]
                 raise RuntimeError(f"query view {view} cannot be created: {exc}")
             pending = [(v, s) for v, s, _ in failed]
+        for view, sql in created:
+            con.execute(f'CREATE OR REPLACE VIEW main."{view}" AS {sql}')
     finally:
-        for view, sql in reversed(created):
-            con.execute(f'CREATE OR REPLACE VIEW "{view}" AS {sql}')
         for view, _ in created:
-            con.execute(f'DROP TABLE IF EXISTS temp."_stand_in_{view}"')
+            con.execute(f'DROP TABLE IF EXISTS temp."{view}"')
     return [view for view, _ in created]
+
+
+def _in_dependency_order(views: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """``views`` (name, SQL) ordered so that each comes after the views its SQL names outside comments (a name in a
+    string counts too: a needless edge only moves a view later); a circle is broken in the given order (its views are
+    then created by the retries of :func:`create_views`, or fail, named)."""
+    names = {name for name, _ in views}
+    needs = {name: {w for w in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", re.sub(r"--[^\n]*", "", sql))
+                    if w in names and w != name} for name, sql in views}
+    ordered: list[tuple[str, str]] = []
+    done: set[str] = set()
+    todo = list(views)
+    while todo:
+        ready = [(n, s) for n, s in todo if needs[n] <= done] or todo[:1]
+        for n, s in ready:
+            ordered.append((n, s))
+            done.add(n)
+        todo = [(n, s) for n, s in todo if n not in done]
+    return ordered
 
 
 # DuckDB expands a view at every reference, so a chain of views that each read the one before recomputes the whole

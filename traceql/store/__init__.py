@@ -432,11 +432,9 @@ def connect(run_dirs: Sequence[str | Path] | str | Path, con: duckdb.DuckDBPyCon
             con.execute(f'CREATE OR REPLACE VIEW "{table}" AS SELECT * FROM "_empty_{table}"')
             continue
         sources = "[" + ", ".join(_sql_str(str(p)) for p in paths) + "]"
-        if table == "runs":  # files written before a column was added (repairs) read it as NULL
-            con.execute(f'CREATE OR REPLACE VIEW runs AS SELECT * FROM "_empty_runs" '
-                        f"UNION ALL BY NAME SELECT * FROM read_parquet({sources}, union_by_name = true)")
-        else:
-            con.execute(f'CREATE OR REPLACE VIEW "{table}" AS SELECT * FROM read_parquet({sources})')
+        # every file has every column of its table: ingest writes them all, and `traceql migrate` adds the ones added
+        # after a run was written (schema.ADDED_LATER), so no view needs union_by_name (which reads every footer)
+        con.execute(f'CREATE OR REPLACE VIEW "{table}" AS SELECT * FROM read_parquet({sources})')
     return con
 
 
