@@ -221,8 +221,11 @@ def test_diff_recipes_and_run_recipes_are_not_interchangeable(runs, tmp_path):
 def test_diff_report_escapes_names_and_renders_offline_in_chromium(changed, tmp_path):
     from test_report import _browser_or_skip
 
+    from traceql.report.diff import diff_report
+
     out = tmp_path / "diff.html"
-    rep = changed.report(out)
+    rep = diff_report(changed)
+    rep.write(out)
     page = out.read_text()
     assert "<script>alert(" not in page and html.escape(EVIL) in page
     assert {s.section.chart for s in rep.sections if s.section.chart} == {"diff_bars", "diff_waterfall",

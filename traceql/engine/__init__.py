@@ -23,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 import duckdb
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..queries_loader import materialize
 from . import sweeps
@@ -30,12 +31,53 @@ from . import sweeps
 METRICS = ("sm_active_pct", "dram_pct", "gpc_clock_mhz", "nvlink_pct", "pcie_pct")
 
 
-def _groups(con: duckdb.DuckDBPyConnection, table: str) -> list[tuple[str, int]]:
-    return con.sql(f"SELECT DISTINCT run_id, device_id FROM {table} ORDER BY ALL").fetchall()
+BATCH_ROWS = 1 << 20  # rows per Arrow batch read from DuckDB: the memory of the read, whatever the store's size
 
 
-def _fetch(con: duckdb.DuckDBPyConnection, sql: str, key: tuple[str, int]) -> dict[str, np.ndarray]:
-    return con.execute(sql, list(key)).fetchnumpy()
+def _grouped(con: duckdb.DuckDBPyConnection, sql: str, order: str = "", *,
+             tables: bool = False) -> Iterator[tuple[tuple[str, int], dict]]:
+    """The rows of ``sql`` (which has columns run_id and device_id) per (run, device), in that order: one scan,
+    streamed in batches; each group's columns as numpy arrays (masked where NULL), without run_id and device_id
+    (``tables``: as an Arrow table)."""
+    reader = con.sql(f"SELECT * FROM ({sql}) ORDER BY run_id, device_id{', ' + order if order else ''}") \
+        .to_arrow_reader(BATCH_ROWS)
+    key, parts = None, []
+    for batch in reader:
+        run, dev = batch.column("run_id"), batch.column("device_id")
+        n = batch.num_rows
+        if n == 0:
+            continue
+        change = np.flatnonzero(np.asarray(pc.or_(pc.not_equal(run[1:], run[:-1]),
+                                                  pc.not_equal(dev[1:], dev[:-1])), dtype=bool)) + 1
+        starts = [0, *change.tolist()]
+        for a, b in zip(starts, [*change.tolist(), n], strict=True):
+            k = (run[a].as_py(), dev[a].as_py())
+            if k != key and parts:
+                yield key, _table_or_columns(parts, tables)
+                parts = []
+            key = k
+            parts.append(batch.slice(a, b - a))
+    if parts:
+        yield key, _table_or_columns(parts, tables)
+
+
+def _table_or_columns(parts: list[pa.RecordBatch], table: bool):
+    t = pa.Table.from_batches(parts)
+    return t if table else _columns(t)
+
+
+def _columns(table: pa.Table) -> dict[str, np.ndarray]:
+    out = {}
+    for name in table.column_names:
+        if name in ("run_id", "device_id"):
+            continue
+        col = table.column(name)
+        if col.null_count:
+            fill = 0.0 if pa.types.is_floating(col.type) else 0
+            out[name] = np.ma.masked_array(pc.fill_null(col, fill).to_numpy(), mask=col.is_null().to_numpy())
+        else:
+            out[name] = col.to_numpy()
+    return out
 
 
 def _run_col(key: tuple[str, int], n: int) -> list[pa.Array]:
@@ -55,14 +97,20 @@ def _publish(con: duckdb.DuckDBPyConnection, view: str, tables: list[pa.Table], 
     con.execute(f'CREATE OR REPLACE VIEW "{view}" AS SELECT * FROM temp."_materialized_{view}"')
 
 
-def _map(fetch: Callable[[tuple[str, int]], dict], work: Callable[[tuple[str, int], dict], pa.Table],
-         keys: list[tuple[str, int]]) -> Iterator[pa.Table]:
-    """Fetch each group on the calling thread (one DuckDB connection), sweep the groups in parallel threads."""
-    workers = max(1, min(len(keys), os.cpu_count() or 1))
+def _map(groups: Iterator[tuple[tuple[str, int], dict]], work: Callable[[tuple[str, int], dict], pa.Table]) \
+        -> list[tuple[tuple[str, int], pa.Table]]:
+    """Read the groups on the calling thread (one DuckDB connection), sweep them in parallel threads; at most two
+    groups per thread wait for their turn, so memory stays that of a few devices."""
+    workers = os.cpu_count() or 1
+    out, pending = [], []
     with ThreadPoolExecutor(workers) as pool:
-        futures = [pool.submit(work, key, fetch(key)) for key in keys]
-        for f in futures:
-            yield f.result()
+        for key, data in groups:
+            pending.append((key, pool.submit(work, key, data)))
+            while len(pending) > 2 * workers:
+                k, f = pending.pop(0)
+                out.append((k, f.result()))
+        out += [(k, f.result()) for k, f in pending]
+    return out
 
 
 OVERLAP_SCHEMA = pa.schema([("run_id", pa.string()), ("device_id", pa.int32()), ("activity_id", pa.int64()),
@@ -75,9 +123,9 @@ UNIONS_SCHEMA = pa.schema([("run_id", pa.string()), ("device_id", pa.int32()), (
 
 def _overlaps(con: duckdb.DuckDBPyConnection) -> None:
     sm_counts = dict(((r, d), s) for r, d, s in con.sql("SELECT run_id, device_id, sm_count FROM devices").fetchall())
-    sql = """SELECT activity_id, start_ns, end_ns, sm_held,
+    sql = """SELECT run_id, device_id, activity_id, start_ns, end_ns, sm_held,
                     CASE corunner_kind WHEN 'comm' THEN 0 WHEN 'compute' THEN 1 ELSE 2 END::TINYINT AS cls
-             FROM _activity_rows WHERE run_id = $1 AND device_id = $2"""
+             FROM _activity_rows"""
     unions: dict[tuple[str, int], pa.Table] = {}
 
     def work(key, a):
@@ -91,9 +139,9 @@ def _overlaps(con: duckdb.DuckDBPyConnection) -> None:
                          mask=np.full(n, sm_count is None))]
         return pa.table([*_run_col(key, n), *cols], names=OVERLAP_SCHEMA.names)
 
-    keys = _groups(con, "_activity_rows")
-    _publish(con, "_instance_overlap", list(_map(lambda k: _fetch(con, sql, k), work, keys)), OVERLAP_SCHEMA)
-    _publish(con, "_device_unions", [unions[k] for k in keys], UNIONS_SCHEMA)
+    done = _map(_grouped(con, sql), work)
+    _publish(con, "_instance_overlap", [t for _, t in done], OVERLAP_SCHEMA)
+    _publish(con, "_device_unions", [unions[k] for k, _ in done], UNIONS_SCHEMA)
 
 
 METRICS_SCHEMA = pa.schema([("run_id", pa.string()), ("device_id", pa.int32()), ("activity_id", pa.int64()),
@@ -101,15 +149,25 @@ METRICS_SCHEMA = pa.schema([("run_id", pa.string()), ("device_id", pa.int32()), 
 
 
 def _metrics(con: duckdb.DuckDBPyConnection) -> None:
-    samples_sql = f"""SELECT ts_ns, {', '.join(f'{m}::DOUBLE AS {m}' for m in METRICS)}
-                      FROM _metric_wide WHERE run_id = $1 AND device_id = $2 ORDER BY ts_ns"""
-    acts_sql = "SELECT activity_id, start_ns, end_ns FROM _activity_rows WHERE run_id = $1 AND device_id = $2"
-    materialize(con, ("_metric_wide",))  # read once per device below
+    nulls = ", ".join(f"NULL::DOUBLE AS {m}" for m in METRICS)
+    # the samples (part 0, by time) and then the activities (part 1) of each device, in one scan
+    sql = f"""SELECT run_id, device_id, 0 AS part, ts_ns AS a, NULL::BIGINT AS b, NULL::BIGINT AS c,
+                     {', '.join(f'{m}::DOUBLE AS {m}' for m in METRICS)}
+              FROM _metric_wide
+              UNION ALL
+              SELECT run_id, device_id, 1, activity_id, start_ns, end_ns, {nulls} FROM _activity_rows"""
+    materialize(con, ("_metric_wide",))
 
-    def fetch(key):
-        s = _fetch(con, samples_sql, key)
-        return {"samples": {k: np.ma.filled(v, np.nan) if k != "ts_ns" else v for k, v in s.items()},
-                "acts": _fetch(con, acts_sql, key)}
+    def both() -> Iterator[tuple[tuple[str, int], dict]]:
+        """The devices with samples and activities."""
+        for key, t in _grouped(con, sql, "part, a", tables=True):
+            part = t.column("part")
+            samples = _columns(t.filter(pc.equal(part, 0)).select(["a", *METRICS]))
+            acts = _columns(t.filter(pc.equal(part, 1)).select(["a", "b", "c"]))
+            if len(samples["a"]) and len(acts["a"]):
+                yield key, {"samples": {"ts_ns": samples["a"], **{m: np.ma.filled(samples[m], np.nan)
+                                                                   for m in METRICS}},
+                            "acts": {"activity_id": acts["a"], "start_ns": acts["b"], "end_ns": acts["c"]}}
 
     def work(key, d):
         s, a = d["samples"], d["acts"]
@@ -122,9 +180,7 @@ def _metrics(con: duckdb.DuckDBPyConnection) -> None:
                 *(pa.array(means[m], from_pandas=True) for m in METRICS)]
         return pa.table([*_run_col(key, n), *cols], names=METRICS_SCHEMA.names)
 
-    with_activities = set(_groups(con, "_activity_rows"))
-    keys = [k for k in _groups(con, "_metric_wide") if k in with_activities]
-    _publish(con, "_instance_metrics", list(_map(fetch, work, keys)), METRICS_SCHEMA)
+    _publish(con, "_instance_metrics", [t for _, t in _map(both(), work)], METRICS_SCHEMA)
 
 
 CORUNNER_SCHEMA = pa.schema([("run_id", pa.string()), ("device_id", pa.int32()), ("activity_id", pa.int64()),
@@ -133,10 +189,9 @@ CORUNNER_SCHEMA = pa.schema([("run_id", pa.string()), ("device_id", pa.int32()),
 
 
 def _corunner_dram(con: duckdb.DuckDBPyConnection) -> None:
-    sql = """SELECT a.activity_id, a.start_ns, a.end_ns, a.dram_pct::DOUBLE AS dram_pct,
+    sql = """SELECT run_id, device_id, a.activity_id, a.start_ns, a.end_ns, a.dram_pct::DOUBLE AS dram_pct,
                     a.working_set_bytes::DOUBLE AS working_set_bytes, o.overlap_ns
-             FROM _activity_dram a JOIN _instance_overlap o USING (run_id, device_id, activity_id)
-             WHERE a.run_id = $1 AND a.device_id = $2"""
+             FROM _activity_dram a JOIN _instance_overlap o USING (run_id, device_id, activity_id)"""
 
     def work(key, a):
         start, end, over = a["start_ns"], a["end_ns"], a["overlap_ns"]
@@ -156,8 +211,7 @@ def _corunner_dram(con: duckdb.DuckDBPyConnection) -> None:
                 pa.array(co_set, from_pandas=True)]
         return pa.table([*_run_col(key, n), *cols], names=CORUNNER_SCHEMA.names)
 
-    keys = _groups(con, "_activity_dram")
-    _publish(con, "_corunner_dram", list(_map(lambda k: _fetch(con, sql, k), work, keys)), CORUNNER_SCHEMA)
+    _publish(con, "_corunner_dram", [t for _, t in _map(_grouped(con, sql), work)], CORUNNER_SCHEMA)
 
 
 STAGES = {"_instance_overlap": _overlaps, "_instance_metrics": _metrics, "_corunner_dram": _corunner_dram}

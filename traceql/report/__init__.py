@@ -15,6 +15,7 @@ from pathlib import Path
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from .. import store
 from ..errors import BadInputError, TraceqlError, check_on_error
@@ -69,16 +70,21 @@ class Report:
 
 
 Progress = Callable[[int, int, str, str | None], None]  # done, total, run label, error or None
+# the kernels of the runs one unit of work computes on one connection (about 2 KiB of memory per kernel: about 1 GiB);
+# small runs share a connection and its fixed cost (the views, the analysis' planning), large ones have their own
+BATCH_KERNELS = 500_000
 
 
 def report(inputs: Sequence[str | Path] | str | Path, out: str | Path | None = None, *, recipe: str | Path = "overlap",
            on_error: str = "raise", progress: Progress | None = None, workdir: str | Path | None = None,
-           executor: str | Executor | None = None) -> Report:
+           executor: str | Executor | None = None, batch_kernels: int = BATCH_KERNELS) -> Report:
     """Build the report of ``recipe`` over ``inputs`` (run directories, or traces ingested first).
 
     ``on_error``: ``raise`` stops at the first run that fails; ``skip`` goes on and lists every skipped run
-    and the reason in the report. ``out``: also write the HTML page there. ``executor``: where each run's sections
-    are computed (:mod:`traceql.executor`: ``local`` by default, ``local:N``, ``dask://HOST:PORT``).
+    and the reason in the report. ``out``: also write the HTML page there. ``executor``: where each unit of work is
+    computed (:mod:`traceql.executor`: ``local`` by default, ``local:N``, ``dask://HOST:PORT``). A unit is a batch of
+    consecutive runs of at most ``batch_kernels`` kernels together (a larger run alone; 0: every run alone), computed on
+    one connection: the same tables as one run per connection, at the fixed cost of one connection per batch.
     """
     from ..attribute import as_store, input_paths
 
@@ -95,7 +101,8 @@ def report(inputs: Sequence[str | Path] | str | Path, out: str | Path | None = N
     try:
         ex = parse_executor(executor)
         dirs = as_store(inputs, Path(workdir or ".") / "runs", ex)
-        result = _build(rec, [d.resolve() for d in dirs] if ex.distributed else dirs, on_error, progress, ex)
+        result = _build(rec, [d.resolve() for d in dirs] if ex.distributed else dirs, on_error, progress, ex,
+                        batch_kernels)
     finally:
         if tmp is not None:
             tmp.cleanup()
@@ -119,7 +126,7 @@ def _run_table(dirs: list[Path]) -> pa.Table:
 
 
 def _build(rec: Recipe, dirs: list[Path], on_error: str, progress: Progress | None,
-           executor: Executor | None = None) -> Report:
+           executor: Executor | None = None, batch_kernels: int = BATCH_KERNELS) -> Report:
     runs = _run_table(dirs)
     ncu_runs = [r["run_id"] for r in runs.to_pylist() if r["format"] == NCU_FORMAT]
     traced = [r for r in runs.to_pylist() if r["format"] != NCU_FORMAT]
@@ -129,21 +136,26 @@ def _build(rec: Recipe, dirs: list[Path], on_error: str, progress: Progress | No
     collected: list[dict[str, list[pa.Table]]] = [{q.name: [] for q in s.queries} for s in rec.sections]
     per_run: list[list[tuple[str, dict[str, pa.Table]]]] = [[] for _ in rec.sections]
     skipped = []
-    # map: each run on the executor, outcomes as they complete; then reduce in the runs' order
+    # map: batches of runs on the executor, outcomes per run as each batch completes; then reduce in the runs' order
     outcomes: dict[int, list[dict[str, pa.Table]] | TraceqlError] = {}
-    calls = [(rec, dirs, run["run_id"], run["run"], ncu_runs, run["kernels"]) for run in traced]
-    for i, outcome in run_units(executor or parse_executor(None), _map_unit, calls,
-                                [f"run {r['run_id']} ({r['run']})" for r in traced]):
-        run, label = traced[i], traced[i]["run"]
-        reason = None
-        if isinstance(outcome, TraceqlError):
-            reason = str(outcome).splitlines()[0] if str(outcome) else type(outcome).__name__
-            if on_error == "raise":
-                raise BadInputError(f"run {run['run_id']} ({label}, from {run['source_path']}): {reason}; "
-                                    "--on-error skip reports the other runs") from None
-        outcomes[i] = outcome
-        if progress:
-            progress(len(outcomes), len(traced), label, reason)
+    batches = _batches(traced, batch_kernels)
+    calls = [(rec, dirs, [(traced[i]["run_id"], traced[i]["run"], traced[i]["kernels"]) for i in b], ncu_runs)
+             for b in batches]
+    names = [f"run {traced[b[0]]['run_id']} ({traced[b[0]]['run']})" if len(b) == 1 else
+             f"{len(b)} runs from {traced[b[0]]['run_id']} ({traced[b[0]]['run']})" for b in batches]
+    for k, outcome in run_units(executor or parse_executor(None), _map_batch, calls, names):
+        for j, i in enumerate(batches[k]):
+            run, label = traced[i], traced[i]["run"]
+            one = outcome if isinstance(outcome, TraceqlError) else outcome[j]
+            reason = None
+            if isinstance(one, TraceqlError):
+                reason = str(one).splitlines()[0] if str(one) else type(one).__name__
+                if on_error == "raise":
+                    raise BadInputError(f"run {run['run_id']} ({label}, from {run['source_path']}): {reason}; "
+                                        "--on-error skip reports the other runs") from None
+            outcomes[i] = one
+            if progress:
+                progress(len(outcomes), len(traced), label, reason)
     for i, run in enumerate(traced):
         label, tables = run["run"], outcomes[i]
         if isinstance(tables, TraceqlError):
@@ -180,37 +192,87 @@ def _concat(tables: list[pa.Table], section: Section) -> pa.Table:
     return table
 
 
+def _batches(traced: list[dict], batch_kernels: int) -> list[list[int]]:
+    """The runs (indices into ``traced``) each unit of work computes on one connection: consecutive runs until
+    their kernels pass ``batch_kernels`` (a larger run alone; 0: every run alone)."""
+    batches: list[list[int]] = []
+    size = 0
+    for i, run in enumerate(traced):
+        kernels = run["kernels"] or 0
+        alone = kernels == 0 or (batches and not traced[batches[-1][0]]["kernels"])  # skipped at once, alone
+        if not batches or alone or size + kernels > batch_kernels:
+            batches.append([i])
+            size = kernels
+        else:
+            batches[-1].append(i)
+            size += kernels
+    return batches
+
+
+def _map_batch(rec: Recipe, dirs: list[Path], runs: list[tuple[str, str, int]], ncu_runs: list[str]) \
+        -> list[list[dict[str, pa.Table]] | TraceqlError]:
+    """A unit of work: each run's sections' tables (or the traceql error that says why it is skipped), computed on
+    one connection for the whole batch; a batch that fails is computed again run by run, so that the runs that
+    fail are the ones named and the others are reported."""
+    if len(runs) == 1:
+        run_id, label, kernels = runs[0]
+        return [_map_unit(rec, dirs, run_id, label, ncu_runs, kernels)]
+    try:
+        return _map_runs(rec, dirs, runs, ncu_runs)
+    except (TraceqlError, duckdb.Error, OSError, ValueError):
+        out: list[list[dict[str, pa.Table]] | TraceqlError] = []
+        for run_id, label, kernels in runs:
+            try:
+                out.append(_map_unit(rec, dirs, run_id, label, ncu_runs, kernels))
+            except TraceqlError as exc:
+                out.append(exc)
+        return out
+
+
 def _map_unit(rec: Recipe, dirs: list[Path], run_id: str, label: str, ncu_runs: list[str], kernels: int) \
         -> list[dict[str, pa.Table]]:
     """One run's unit of work: its sections' tables, or a traceql error that says why the run is skipped."""
     if kernels == 0:
         raise BadInputError("no CUDA kernels in this run")
     try:
-        return _map_run(rec, dirs, run_id, label, ncu_runs)
+        return _map_runs(rec, dirs, [(run_id, label, kernels)], ncu_runs)[0]
     except TraceqlError:
         raise
     except (duckdb.Error, OSError, ValueError) as exc:
         raise BadInputError(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
 
 
-def _map_run(rec: Recipe, dirs: list[Path], run_id: str, label: str, ncu_runs: list[str]) -> list[dict[str, pa.Table]]:
-    """Every section's queries for one run, on a connection that sees that run and the Nsight Compute runs."""
+def _map_runs(rec: Recipe, dirs: list[Path], runs: list[tuple[str, str, int]], ncu_runs: list[str]) \
+        -> list[list[dict[str, pa.Table]]]:
+    """Every section's queries for ``runs`` (run id, label, kernels), on one connection that sees those runs and the
+    Nsight Compute runs: each query once for all of them (:meth:`Query.select_batch`), its rows then split by run.
+    The analysis is per run and device, so a run's rows are those of a connection that sees it alone; the signature
+    groups' ids are numbered from 0 in each run, as such a connection numbers them."""
     from ..analysis import group_by_nvtx, prepare
 
-    con = store.connect(dirs, run_ids={run_id, *ncu_runs})
+    con = store.connect(dirs, run_ids={*(r[0] for r in runs), *ncu_runs})
     try:
         if rec.group_by_nvtx:
             group_by_nvtx(con, rec.group_by_nvtx)
         prepare(con)
         store.lock_files(con)  # a recipe's own SQL reads the run's tables, never other files, and writes none
-        out = []
+        first_group = dict(con.sql("SELECT run_id, min(group_id) FROM _signature_stats GROUP BY ALL").fetchall())
+        out: list[list[dict[str, pa.Table]]] = [[] for _ in runs]
         for s in rec.sections:
-            tables = {}
+            per_run: list[dict[str, pa.Table]] = [{} for _ in runs]
             for q in s.queries:
-                t = con.sql(q.select(), params={"run_id": run_id}).to_arrow_table()
-                tables[q.name] = t.append_column("run", pa.array([label] * t.num_rows, pa.string())) \
-                    if "run" not in t.column_names else t
-            out.append(tables)
+                sql = q.select() if len(runs) == 1 else q.select_batch()
+                t = con.sql(sql, params={"run_id": runs[0][0]} if len(runs) == 1 else None).to_arrow_table()
+                ids = t.column("run_id") if "run_id" in t.column_names else None
+                for j, (run_id, label, _) in enumerate(runs):
+                    part = t if len(runs) == 1 else t.filter(pc.equal(ids, run_id))
+                    if "group_id" in part.column_names and first_group.get(run_id):
+                        part = part.set_column(part.schema.get_field_index("group_id"), "group_id",
+                                               pc.subtract(part.column("group_id"), first_group[run_id]))
+                    per_run[j][q.name] = part.append_column("run", pa.array([label] * part.num_rows, pa.string())) \
+                        if "run" not in part.column_names else part
+            for j in range(len(runs)):
+                out[j].append(per_run[j])
         return out
     finally:
         con.close()

@@ -46,6 +46,16 @@ class Query:
             body += f" LIMIT {int(self.limit)}"
         return body
 
+    def select_batch(self) -> str:
+        """The SELECT for every run of a connection at once: for each run, the rows :meth:`select` gives it (its
+        ``limit`` counted per run), ordered by run, then as :meth:`select` orders them."""
+        source = f"({self.sql.strip().rstrip(';')})" if self.sql is not None else f'"{self.view}"'
+        body = f"SELECT * FROM {source}" + (f" WHERE ({self.where})" if self.where else "")
+        order = f" ORDER BY {self.order_by}" if self.order_by else ""
+        if self.limit is not None:
+            body += f" QUALIFY row_number() OVER (PARTITION BY run_id{order}) <= {int(self.limit)}"
+        return body + " ORDER BY run_id" + (f", {self.order_by}" if self.order_by else "")
+
 
 @dataclass(frozen=True)
 class Section:
