@@ -6,7 +6,7 @@ from . import attribute, diff  # noqa: E402
 from .attribute import Attribution  # noqa: E402
 from .errors import BadInputError, SchemaVersionError, TraceqlError  # noqa: E402
 from .ingest import ingest  # noqa: E402
-from .store import connect  # noqa: E402
+from .store.remote import connect  # noqa: E402  (store.connect, also over run stores at URLs)
 from .version import __version__
 
 __all__ = ["__version__", "ingest", "connect", "attribute", "Attribution", "diff", "TraceqlError", "BadInputError",

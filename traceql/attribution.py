@@ -56,12 +56,23 @@ class Attribution:
 
 
     def write(self, out_dir: str | Path) -> None:
-        """attribution.json (the contract), kernels.parquet and summary.parquet in ``out_dir``."""
+        """attribution.json (the contract), kernels.parquet and summary.parquet in ``out_dir``: a folder, or a URL
+        (fsspec) to which the three files, written locally first, are uploaded whole, attribution.json last."""
         import json
 
         import pyarrow.parquet as pq
 
-        out = Path(out_dir)
+        from .sources import urls
+
+        if urls.is_remote(out_dir):
+            import tempfile
+
+            with tempfile.TemporaryDirectory(prefix="traceql-out-") as tmp:
+                self.write(tmp)
+                urls.upload([Path(tmp) / n for n in ("kernels.parquet", "summary.parquet", "attribution.json")],
+                            str(out_dir))
+            return
+        out = urls.as_local(out_dir, "the output folder")
         created = not out.exists()
         try:
             out.mkdir(parents=True, exist_ok=True)

@@ -61,7 +61,8 @@ class Benchmark(_Choice):
     train = "train"
 
 
-RunDirs = Annotated[list[Path], typer.Argument(help="Run directories made by `traceql ingest`.", show_default=False)]
+RunDirs = Annotated[list[str], typer.Argument(help="Run directories made by `traceql ingest` (paths or URLs: file://, "
+                                                  "or any fsspec protocol: s3://, memory://...).", show_default=False)]
 OnError = Annotated[OnErrorChoice, typer.Option(help="What to do with a bad input among many: raise (stop) or skip "
                                                      "(go on, naming it).", case_sensitive=False)]
 Format = Annotated[TableFormat, typer.Option("--format", "-f", case_sensitive=False, help="How to print the result.")]
@@ -73,6 +74,18 @@ ExecutorOpt = Annotated[str | None, typer.Option(
 
 def _err(msg: str) -> None:
     typer.echo(f"traceql: {msg}", err=True)
+
+
+def _local_executor(inputs: list[str], executor: str | None) -> None:
+    """Refuse a run store at a URL with a Dask executor: it is read through a copy on this host, which no worker
+    sees."""
+    from .executor import parse
+    from .sources.urls import is_remote
+
+    remote = [i for i in inputs if is_remote(i)]
+    if remote and parse(executor).distributed:
+        raise TraceqlErrorUsage(f"{remote[0]}: a run store at a URL is read through a copy on this host, which the "
+                                f"Dask workers do not see; use --executor local:N, or give a path every worker mounts")
 
 
 @contextlib.contextmanager
@@ -102,7 +115,8 @@ def ingest(
                                                      "Nsight Compute .ncu-rep reports (also .xz); paths or URLs "
                                                      "(file://, or any fsspec protocol: s3://, memory://...).",
                                                 show_default=False)],
-    out: Annotated[str, typer.Option("-o", "--out", help="Run directory to create or add to (a path or file:// URL).")],
+    out: Annotated[str, typer.Option("-o", "--out", help="Run directory to create or add to (a path, or a URL: "
+                                                         "file://, or any fsspec protocol).")],
     allow_no_kernels: Annotated[bool, typer.Option(help="Ingest traces without CUDA kernels (NVTX/OS data only).")]
     = False,
     label: Annotated[list[str], typer.Option(help="KEY=VALUE label recorded with each run (repeatable).")] = [],  # noqa: B006
@@ -177,19 +191,21 @@ def sql(
     run store's tables and views and no other file, and writes none, unless --allow-files. Ctrl-C stops it (exit 130).
     """
     from .sqlcmd import run_sql
+    from .store.remote import opened
 
     if not query:
         if len(run_dirs) < 2:
             raise TraceqlErrorUsage("give a query: traceql sql RUN_DIR... \"SELECT ...\"")
         *dirs, query = run_dirs
         run_dirs, query = dirs, str(query)
-    run_sql(run_dirs, query, fmt.value, output, sys.stdout, allow_files=allow_files)
+    with opened(run_dirs, "a run directory") as local:  # a store at a URL: a local copy, removed afterwards
+        run_sql(local, query, fmt.value, output, sys.stdout, allow_files=allow_files)
 
 
 @app.command()
 def attribute(
-    inputs: Annotated[list[Path], typer.Argument(help="Run directories, nsys exports or .nsys-rep reports.",
-                                                 show_default=False)],
+    inputs: Annotated[list[str], typer.Argument(help="Run directories (paths or URLs), nsys exports or .nsys-rep "
+                                                     "reports.", show_default=False)],
     baseline: Annotated[Path | None, typer.Option(help="A run (or trace) whose isolated kernels give the baseline "
                                                        "t0, e.g. the same job without communication.")] = None,
     ncu: Annotated[list[Path], typer.Option(help="Nsight Compute report (.ncu-rep, .ncu-rep.xz) or run directory "
@@ -201,8 +217,9 @@ def attribute(
     focus: Annotated[Focus, typer.Option(help="Which overlapped kernels to list: any co-runner, or comm only.")]
     = Focus.any,
     fmt: Format = TableFormat.table,
-    out_dir: Annotated[Path | None, typer.Option("-o", "--out-dir", help="Also write attribution.json, "
-                                                 "kernels.parquet and summary.parquet here.")] = None,
+    out_dir: Annotated[str | None, typer.Option("-o", "--out-dir", help="Also write attribution.json, "
+                                                "kernels.parquet and summary.parquet here (a folder or a URL).")]
+    = None,
     limit: Annotated[int, typer.Option(help="Rows of the table format (worst first).")] = 25,
     max_slowdown: Annotated[float | None, typer.Option(help="Exit 1 if a device's compute slowdown exceeds this "
                                                             "(e.g. 0.1 for 10%): a regression gate.")] = None,
@@ -212,12 +229,17 @@ def attribute(
     from .attribute import attribute as do_attribute
     from .output import check_folder
     from .render import render_attribution
+    from .sources import urls
+    from .store.remote import opened
 
-    if out_dir is not None:
-        check_folder(out_dir)  # before the work, not after it
-    with _ctrl_c("nothing was written"), _progress() as bar:
+    if out_dir is not None and urls.is_remote(out_dir):  # before the work, not after it
+        urls.filesystem(out_dir)
+    elif out_dir is not None:
+        check_folder(urls.as_local(out_dir, "-o"))
+    _local_executor(inputs, executor)
+    with _ctrl_c("nothing was written"), _progress() as bar, opened(inputs) as local:
         bar.add_task("attribute", total=None)
-        result = do_attribute(inputs, baseline=baseline, ncu=ncu, group_by_nvtx=group_by_nvtx, focus=focus.value,
+        result = do_attribute(local, baseline=baseline, ncu=ncu, group_by_nvtx=group_by_nvtx, focus=focus.value,
                               executor=executor)
         if out_dir is not None:
             result.write(out_dir)
@@ -287,8 +309,8 @@ def diff(
 
 @app.command()
 def report(
-    inputs: Annotated[list[Path], typer.Argument(help="Run directories (or traces, ingested first).",
-                                                 show_default=False)],
+    inputs: Annotated[list[str], typer.Argument(help="Run directories (paths or URLs; or traces, ingested first).",
+                                                show_default=False)],
     out: Annotated[Path, typer.Option("-o", "--out", help="The HTML file to write.")] = Path("report.html"),
     recipe: Annotated[str, typer.Option(help="A built-in recipe (overlap, kernels, microbench, power) or a "
                                              "recipe .toml file of your own.")] = "overlap",
@@ -297,8 +319,10 @@ def report(
 ) -> None:
     """Build a self-contained HTML report (charts and tables, no network needed) over one run or many."""
     from .report import report as do_report
+    from .store.remote import opened
 
-    with _ctrl_c(f"{out} was not written"), _progress() as bar:
+    _local_executor(inputs, executor)
+    with _ctrl_c(f"{out} was not written"), _progress() as bar, opened(inputs) as local:
         task = bar.add_task("report", total=None)
 
         def progress(done: int, total: int, run: str, error: str | None) -> None:
@@ -306,7 +330,7 @@ def report(
             if error is not None:
                 _say(bar, f"traceql: skipped run {run}: {error}")
 
-        result = do_report(inputs, out, recipe=recipe, on_error=on_error.value, progress=progress,
+        result = do_report(local, out, recipe=recipe, on_error=on_error.value, progress=progress,
                            executor=executor)
     typer.echo(f"traceql: report of {result.runs_text()}, {len(result.skipped)} skipped, "
                f"in {result.seconds:.1f} s", err=True)

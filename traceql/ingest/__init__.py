@@ -28,7 +28,7 @@ from ..sources.inputs import DECOMPRESSORS, decompress, sha256_of
 from ..sources.nsys.adapter import adapter_for
 from ..sources.nsys.locate import export_report
 from ..sources.nsys.source import open_source
-from ..store import schema, screen
+from ..store import remote, schema, screen
 from ..store.writer import KERNEL_ORDER, RunInfo, finish_run, write_streamed
 from ..version import __version__
 
@@ -255,8 +255,9 @@ def ingest(traces: Sequence[str | Path] | str | Path, out: str | Path, *, requir
     a worker runs, so traces and ``out`` must be paths every worker sees (a shared file system). Workers write only
     their run's files; the manifest is indexed here, once they are done. ``on_error='skip'`` goes on past a bad
     trace and reports each one through ``progress`` (as it completes, like every result). A trace may be a URL
-    (``file://``, or any fsspec protocol, copied where its unit runs: :mod:`traceql.sources.urls`); ``out`` a path or a
-    ``file://`` URL.
+    (``file://``, or any fsspec protocol, copied where its unit runs: :mod:`traceql.sources.urls`); so may ``out``: each
+    unit writes its run locally, then uploads it (``run.json`` last), and the index is written here, once the units
+    are done (:mod:`traceql.store.remote`).
     """
     if isinstance(traces, str | Path):
         traces = [traces]
@@ -264,17 +265,25 @@ def ingest(traces: Sequence[str | Path] | str | Path, out: str | Path, *, requir
         raise BadInputError("no trace given")
     check_on_error(on_error)
     ex = parse_executor(executor, jobs)
-    out = urls.as_local(out, "the run directory")
+    to_url = urls.is_remote(out)
+    if to_url:  # its file system and its index are checked before any work
+        out = str(out).rstrip("/")
+        with remote.staged(out):
+            pass
+    else:
+        out = urls.as_local(out, "the run directory")
     # a URL stays a URL (fetched by the unit that reads it), but a file:// one is a path
     paths = [t if urls.is_url(t) and urls.local_path(t) is None else urls.as_local(t, "a trace") for t in traces]
     if ex.distributed:  # the workers' working directories are not ours
-        out, paths = out.resolve(), [p if isinstance(p, str) else p.resolve() for p in paths]
-        store.reindex(out)  # the store exists (a readable, empty index) before the first run arrives
-    kwargs = dict(require_kernels=require_kernels, labels=labels, index=not ex.distributed)
+        paths = [p if isinstance(p, str) else p.resolve() for p in paths]
+        if not to_url:
+            out = out.resolve()
+            store.reindex(out)  # the store exists (a readable, empty index) before the first run arrives
+    kwargs = dict(require_kernels=require_kernels, labels=labels, index=not ex.distributed and not to_url)
     results: dict[int, RunInfo] = {}
     calls = [(t, out, kwargs) for t in paths]
     try:
-        for i, result in run_units(ex, _ingest_unit, calls, [str(t) for t in traces]):
+        for i, result in run_units(ex, _ingest_to_url if to_url else _ingest_unit, calls, [str(t) for t in traces]):
             if progress:
                 progress(result, traces[i] if urls.is_url(traces[i]) else Path(traces[i]))
             if isinstance(result, Exception):
@@ -283,9 +292,21 @@ def ingest(traces: Sequence[str | Path] | str | Path, out: str | Path, *, requir
             else:
                 results[i] = result
     finally:
-        if ex.distributed and results:  # the one writer of the index
+        if to_url and results:  # the one writer of the index, in one put (nothing when it lists every run already)
+            remote.write_index(out, {r.run_id: r.manifest_entry() for r in results.values() if not r.already})
+        elif ex.distributed and results:  # the one writer of the index
             store.reindex(out, {r.run_id: r.manifest_entry() for r in results.values() if not r.already})
     return [results[i] for i in sorted(results)]
+
+
+def _ingest_to_url(trace: Path | str, url: str, kwargs: dict) -> RunInfo:
+    """Ingest ``trace`` into a local staging store that knows the runs of the store at ``url``, then upload its run
+    there (``run.json`` last); the index is the client's to write."""
+    with remote.staged(url) as local:
+        info = _ingest_unit(trace, local, kwargs)
+        if not info.already:
+            info.already = not remote.upload_run(url, local, info.run_id)
+    return info
 
 
 def _ingest_unit(trace: Path | str, out: Path, kwargs: dict) -> RunInfo:

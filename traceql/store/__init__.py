@@ -65,7 +65,10 @@ def is_store(path: Path) -> bool:
     return (path / MANIFEST).exists()  # a manifest that is not a file: a damaged store, said by read_manifest
 
 
-def read_manifest(root: Path, *, quiet: bool = False) -> dict:
+def read_manifest(root: Path, *, quiet: bool = False, shown_as: str | None = None) -> dict:
+    """The index of the store ``root``, with the complete runs it does not list yet; a run folder still being written
+    is named (unless ``quiet``) and left out. ``shown_as``: how the note names ``root`` (the URL of a store whose
+    local copy ``root`` is)."""
     path = root / MANIFEST
     if path.exists() and not path.is_file():
         raise BadInputError(f"{path}: not a file; the run directory is damaged: re-ingest the traces into a new "
@@ -100,14 +103,14 @@ def read_manifest(root: Path, *, quiet: bool = False) -> dict:
     if (root / "runs").exists() and not (root / "runs").is_dir():
         raise BadInputError(f"{root / 'runs'}: not a folder; the run directory is damaged: re-ingest the traces "
                             "into a new directory")
-    _add_unindexed(root, manifest, quiet)
+    _add_unindexed(root, manifest, quiet, shown_as)
     return manifest
 
 
 _noted: set[tuple[str, str]] = set()  # (store, run) whose incomplete state this process reported already
 
 
-def _add_unindexed(root: Path, manifest: dict, quiet: bool = False) -> None:
+def _add_unindexed(root: Path, manifest: dict, quiet: bool = False, shown_as: str | None = None) -> None:
     """Add the complete runs of ``root/runs`` that the index does not list (published by another process, whose
     index update is still to come or was lost) and report, once, the run folders still being written."""
     try:
@@ -121,12 +124,13 @@ def _add_unindexed(root: Path, manifest: dict, quiet: bool = False) -> None:
         entry = read_run_info(root / "runs" / name) if run_id is not None else None
         if entry is not None and entry.get("run_id") == run_id:
             manifest["runs"][run_id] = entry
-        elif not quiet and (str(root), name) not in _noted:
-            _noted.add((str(root), name))
+        elif not quiet and (shown_as or str(root), name) not in _noted:
+            _noted.add((shown_as or str(root), name))
             why = (f"is not a run folder (run folders are named {RUN_PREFIX}<run_id>)" if run_id is None else
                    f"is still being written (no {RUN_INFO} yet)" if entry is None else
                    f"holds the {RUN_INFO} of run {entry.get('run_id')} (a copy?)")
-            print(f"traceql: note: {name} in {root / 'runs'} {why}; it is left out", file=sys.stderr)
+            runs = f"{shown_as.rstrip('/')}/runs" if shown_as else root / "runs"
+            print(f"traceql: note: {name} in {runs} {why}; it is left out", file=sys.stderr)
 
 
 def read_run_info(run_dir: Path) -> dict | None:
