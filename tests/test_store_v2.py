@@ -142,3 +142,18 @@ def two_run_store(tmp_path_factory) -> tuple[Path, dict[str, str]]:
     out = tmp_path_factory.mktemp("v2") / "runs"
     infos = traceql.ingest([H200 / "contention.sqlite.xz", H200 / "overlap.sqlite.xz"], out)
     return out, {i.source_path: i.run_id for i in infos}
+
+
+def test_migrate_takes_the_index_entry_of_a_run_without_run_json(v1_store):
+    """Stores written before each run had its own run.json: the index is the record of their runs."""
+    entries = json.loads((v1_store / "manifest.json").read_text())["runs"]
+    for f in v1_store.glob("runs/*/run.json"):
+        f.unlink()
+    assert store.migrate(v1_store) == 2
+    migrated = store.read_manifest(v1_store)["runs"]
+    assert sorted(migrated) == sorted(entries)
+    for rid, entry in entries.items():
+        assert {k: migrated[rid][k] for k in ("source_path", "sha256", "format", "tables")} == \
+            {k: entry[k] for k in ("source_path", "sha256", "format", "tables")}
+    assert traceql.connect(v1_store).sql("SELECT count(*) FROM kernels").fetchall()[0][0] == 70
+    assert store.migrate(v1_store) is None

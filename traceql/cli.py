@@ -171,7 +171,7 @@ def migrate(
                 bar.update(task, completed=done, total=total)
 
             n = do_migrate(d, progress)
-            _say(bar, f"{d}: {n} run(s) migrated" if n else f"{d}: already in the current layout")
+            _say(bar, f"{d}: already in the current layout" if n is None else f"{d}: {n} run(s) migrated")
 
 
 @app.command()

@@ -195,15 +195,16 @@ def reindex(root: Path, entries: dict[str, dict] | None = None) -> dict:
     return manifest
 
 
-def migrate(root: Path, progress: Callable[[int, int, str], None] | None = None) -> int:
+def migrate(root: Path, progress: Callable[[int, int, str], None] | None = None) -> int | None:
     """Bring the store ``root`` from layout 1 (``runs/<run_id>/``) to this traceql's layout, in place; return the number
-    of runs migrated (0 for a store of the current layout).
+    of runs migrated (None for a store of the current layout).
 
     Per run: its files are checked (footers), a ``runs`` file written before a column existed gets it (NULL), the
     kernels are put in file order (:data:`traceql.store.writer.KERNEL_ORDER`), the sizes of its files go into its
     ``run.json``, and its folder is renamed to ``run_id=<run_id>`` (one rename: a run is in one layout or the other).
-    The index is rewritten last, from the runs' ``run.json``; until then readers refuse the store with this command,
-    and an interrupted migration is finished by running it again. Nothing is re-ingested; the traces are not needed.
+    A run of a store written before runs had their own ``run.json`` takes its entry from the index. The index is
+    rewritten last; until then readers refuse the store with this command, and an interrupted migration is finished
+    by running it again. Nothing is re-ingested; the traces are not needed.
     """
     from .writer import KERNEL_ORDER, RunInfo, finish_run
 
@@ -220,7 +221,7 @@ def migrate(root: Path, progress: Callable[[int, int, str], None] | None = None)
         raise BadInputError(f"{path}: not a traceql manifest; give a run directory made by `traceql ingest`")
     if manifest.get("layout", 1) == LAYOUT:
         read_manifest(root, quiet=True)  # the other checks
-        return 0
+        return None
     if manifest.get("schema_version") != schema.SCHEMA_VERSION or not isinstance(manifest.get("layout", 1), int) \
             or manifest.get("layout", 1) > LAYOUT:
         read_manifest(root)  # raises: another schema version, or a newer layout
@@ -229,8 +230,8 @@ def migrate(root: Path, progress: Callable[[int, int, str], None] | None = None)
     done = 0
     for i, name in enumerate(folders):
         old = root / "runs" / name
-        info = read_run_info(old)
-        if info is None or info.get("run_id") != name:
+        info = read_run_info(old) or (manifest.get("runs") or {}).get(name)
+        if not isinstance(info, dict) or info.get("run_id", name) != name:
             print(f"traceql: note: {old} is not a complete run (no run.json of run {name}); it is left as it is",
                   file=sys.stderr)
             continue
@@ -240,13 +241,18 @@ def migrate(root: Path, progress: Callable[[int, int, str], None] | None = None)
         _rewrite(old / "runs.parquet", _added_columns)
         _rewrite(old / "kernels.parquet", lambda t: t.sort_by(KERNEL_ORDER)
                  if t.num_rows and not t.equals(t.sort_by(KERNEL_ORDER)) else None)
-        run = RunInfo(**{k: v for k, v in info.items() if k in RunInfo.__dataclass_fields__})
+        fields = {"run_id": name, "source_path": "", "sha256": "", "format": "",
+                  **{k: v for k, v in info.items() if k in RunInfo.__dataclass_fields__}}
+        run = RunInfo(**fields)
         finish_run(old, run)
         old.rename(run_dir(root, name))
         done += 1
         if progress is not None:
             progress(i + 1, len(folders), name)
     fresh = new_manifest()
+    # the runs of the old index that are in the new layout, then every migrated run (from its run.json)
+    fresh["runs"] = {rid: e for rid, e in (manifest.get("runs") or {}).items()
+                     if (run_dir(root, rid) / RUN_INFO).is_file()}
     _add_unindexed(root, fresh, quiet=True)
     _write_manifest(root, fresh)
     return done
