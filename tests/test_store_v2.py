@@ -55,6 +55,10 @@ def test_migrate_a_real_layout_1_store(v1_store):
     assert "2 run(s) migrated" in out + err
     manifest = json.loads((v1_store / "manifest.json").read_text())
     assert manifest["layout"] == store.LAYOUT and sorted(manifest["runs"]) == sorted(before)
+    old_index = json.loads((V1 / "manifest.json").read_text())["runs"]
+    for rid, entry in old_index.items():  # what the old index said of each run (labels added by collect) is kept
+        assert {k: manifest["runs"][rid].get(k) for k in entry} == entry
+    assert any(e.get("labels") for e in old_index.values())
     for rid, tables in before.items():
         folder = store.run_dir(v1_store, rid)
         assert folder.name == f"run_id={rid}"

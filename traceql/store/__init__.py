@@ -38,6 +38,7 @@ from pathlib import Path
 
 import duckdb
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from ..errors import BadInputError, MissingInputError, SchemaVersionError
 from ..output import unwritable
@@ -202,7 +203,8 @@ def migrate(root: Path, progress: Callable[[int, int, str], None] | None = None)
     Per run: its files are checked (footers), a ``runs`` file written before a column existed gets it (NULL), the
     kernels are put in file order (:data:`traceql.store.writer.KERNEL_ORDER`), the sizes of its files go into its
     ``run.json``, and its folder is renamed to ``run_id=<run_id>`` (one rename: a run is in one layout or the other).
-    A run of a store written before runs had their own ``run.json`` takes its entry from the index. The index is
+    A run keeps its entry in the index (a run of a store written before runs had their own ``run.json`` has no
+    other), completed by its ``run.json``. The index is
     rewritten last; until then readers refuse the store with this command, and an interrupted migration is finished
     by running it again. Nothing is re-ingested; the traces are not needed.
     """
@@ -230,8 +232,11 @@ def migrate(root: Path, progress: Callable[[int, int, str], None] | None = None)
     done = 0
     for i, name in enumerate(folders):
         old = root / "runs" / name
-        info = read_run_info(old) or (manifest.get("runs") or {}).get(name)
-        if not isinstance(info, dict) or info.get("run_id", name) != name:
+        # layout 1 readers knew a run by its index entry (which later writers, as `traceql collect`, added labels to);
+        # the run's own run.json, where there is one, fills in what the entry lacks
+        entry, own = (manifest.get("runs") or {}).get(name), read_run_info(old)
+        info = {**(own or {}), **(entry if isinstance(entry, dict) else {})} if (entry or own) else None
+        if not info or info.get("run_id", name) != name:
             print(f"traceql: note: {old} is not a complete run (no run.json of run {name}); it is left as it is",
                   file=sys.stderr)
             continue
@@ -400,6 +405,7 @@ def connect(run_dirs: Sequence[str | Path] | str | Path, con: duckdb.DuckDBPyCon
         with contextlib.suppress(duckdb.InvalidInputException):  # Jupyter without ipywidgets refuses the setting
             con.execute("SET enable_progress_bar = false")
     files: dict[str, list[Path]] = {t: [] for t in schema.TABLES}
+    partial: set[str] = set()  # tables with a file that lacks a column added after it was written (read as NULL)
     # a run is read once, however many times it is given (the same directory twice, two stores sharing runs):
     # read twice, every kernel would overlap its own copy
     owner: dict[str, Path] = {}
@@ -418,8 +424,10 @@ def connect(run_dirs: Sequence[str | Path] | str | Path, con: duckdb.DuckDBPyCon
             owner[rid] = d
             if run_ids is not None and rid not in run_ids:
                 continue
-            for table, f in _run_files(d, rid, entry):
+            for table, f, complete in _run_files(d, rid, entry):
                 files[table].append(f)
+                if not complete:
+                    partial.add(table)
     for rid, dirs in twice.items():
         print(f"traceql: note: run {rid} is in {', '.join(map(str, dirs))}; it is read once", file=sys.stderr)
     listed = [(table, str(p)) for table, paths in files.items() for p in paths]  # what lock_files() keeps readable
@@ -442,16 +450,18 @@ def connect(run_dirs: Sequence[str | Path] | str | Path, con: duckdb.DuckDBPyCon
             con.execute(f'CREATE OR REPLACE VIEW "{table}" AS SELECT * FROM "_empty_{table}"')
             continue
         sources = "[" + ", ".join(_sql_str(str(p)) for p in paths) + "]"
-        # every file has every column of its table: ingest writes them all, and `traceql migrate` adds the ones added
-        # after a run was written (schema.ADDED_LATER), so no view needs union_by_name (which reads every footer)
-        con.execute(f'CREATE OR REPLACE VIEW "{table}" AS SELECT * FROM read_parquet({sources})')
+        if table in partial:  # a file without a column added later (schema.ADDED_LATER): that column reads as NULL
+            con.execute(f'CREATE OR REPLACE VIEW "{table}" AS SELECT * FROM "_empty_{table}" '
+                        f"UNION ALL BY NAME SELECT * FROM read_parquet({sources}, union_by_name = true)")
+        else:  # every file has every column (ingest writes them all, migrate adds the later ones): no footer is read
+            con.execute(f'CREATE OR REPLACE VIEW "{table}" AS SELECT * FROM read_parquet({sources})')
     return con
 
 
-def _run_files(root: Path, run_id: str, entry: dict) -> Iterator[tuple[str, Path]]:
-    """(table, file) of each table run ``run_id`` holds rows of, checked: a file whose size is the one the run
-    recorded at ingest is the file ingest wrote (its footer was written by traceql); another size, or a run that
-    recorded none, has its footer checked (schema version, table, columns). Empty tables are left out: besides
+def _run_files(root: Path, run_id: str, entry: dict) -> Iterator[tuple[str, Path, bool]]:
+    """(table, file, has every column) of each table run ``run_id`` holds rows of, checked: a file whose size is the
+    one the run recorded at ingest is the file ingest wrote (its footer was written by traceql); another size, or a
+    run that recorded none, has its footer checked (schema version, table, columns). Empty tables are left out: besides
     costing a read, a view over files of which some are empty misleads DuckDB's join planning (an attribution took
     100x longer with one empty file beside it)."""
     folder = run_dir(root, run_id)
@@ -467,9 +477,11 @@ def _run_files(root: Path, run_id: str, entry: dict) -> Iterator[tuple[str, Path
             raise BadInputError(f"{f}: listed in {root / MANIFEST} but missing; re-ingest that trace") from None
         except OSError as exc:
             raise BadInputError(f"{f}: cannot be read ({exc}); re-ingest that trace") from exc
+        complete = True
         if sizes.get(table) != size:
             schema.check_file(f, table)
-        yield table, f
+            complete = not (set(schema.TABLES[table].names) - set(pq.read_schema(f).names))
+        yield table, f, complete
 
 
 def lock_files(con: duckdb.DuckDBPyConnection) -> None:
