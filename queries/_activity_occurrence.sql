@@ -11,7 +11,9 @@
 --   step_text       VARCHAR  that range's text
 --   occurrence      BIGINT   launches of the same signature before it inside that range instance
 WITH launches AS (
-    SELECT a.run_id, a.activity_id, a.sig, r.global_tid, r.start_ns AS t
+    -- run_id of the launch record (equal to the activity's): whichever join order the planner picks, the ranges are
+    -- then matched within the run (a plan matching on global_tid alone crossed every run's ranges)
+    SELECT r.run_id, a.activity_id, a.sig, r.global_tid, r.start_ns AS t
     FROM _activity_rows a JOIN runtime_api r
       ON r.run_id = a.run_id AND r.global_pid = a.global_pid AND r.correlation_id = a.correlation_id
 ), ranges AS (

@@ -30,7 +30,8 @@ NEEDS_PREPARE = ("_instance_baselines", "_signature_stats", *DOWNSTREAM)
 NVTX_GROUPS_SQL = """
 CREATE OR REPLACE VIEW _activity_groups AS
 WITH launches AS (
-    SELECT a.run_id, a.activity_id, r.global_tid, r.start_ns AS t
+    -- the launch record's run_id, so that the ranges are matched within the run whatever the join order
+    SELECT r.run_id, a.activity_id, r.global_tid, r.start_ns AS t
     FROM _activity_rows a JOIN runtime_api r
       ON r.run_id = a.run_id AND r.global_pid = a.global_pid AND r.correlation_id = a.correlation_id
 ), ranges AS (
