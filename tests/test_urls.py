@@ -107,8 +107,10 @@ def test_ingest_to_url_equals_local(bucket, local_store, tmp_path, monkeypatch):
     assert written[-1] == f"/{bucket}/store/manifest.json" and written.count(written[-1]) == 1
     # read back: the same rows as the local store, through connect, and the same attribution, byte for byte
     assert rows(url) == rows(local_store)
-    assert cli("attribute", url, "-o", f"memory://{bucket}/attribution")[0] == 0
-    assert cli("attribute", local_store, "-o", tmp_path / "attribution")[0] == 0
+    # one run per unit (DuckDB on one thread): the same bytes every time; one connection sums floats on several
+    # threads in an order that changes from one run to the next (docs/scale.md)
+    assert cli("attribute", url, "-o", f"memory://{bucket}/attribution", "--executor", "local")[0] == 0
+    assert cli("attribute", local_store, "-o", tmp_path / "attribution", "--executor", "local")[0] == 0
     for name in ("attribution.json", "kernels.parquet", "summary.parquet"):
         assert MEM.cat_file(f"/{bucket}/attribution/{name}") == (tmp_path / "attribution" / name).read_bytes(), name
     assert written[-1] == f"/{bucket}/attribution/attribution.json"  # the contract last
