@@ -194,3 +194,18 @@ def test_launch_ranges_are_matched_within_each_run(tmp_path, view):
     on_thread = [c for c in conditions(plan) if "global_tid" in c]
     assert on_thread and all("run_id" in c for c in on_thread), on_thread
     assert con.sql(f"SELECT count(*) FROM {view}").fetchall()[0][0] == 1000
+
+
+def test_migrate_bad_input_is_named_with_exit_2(tmp_path, v1_store):
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "damaged").mkdir()
+    (tmp_path / "damaged" / "manifest.json").write_text("{oops")
+    cases = {tmp_path / "empty": "not a traceql run directory", tmp_path / "damaged": "unreadable manifest",
+             tmp_path / "none": "no such run directory"}
+    for path, words in cases.items():
+        rc, out, err = run_cli("migrate", path)
+        assert rc == 2 and words in err and str(path) in err and "Traceback" not in err, err
+    (v1_store / "runs" / "1c86e086c617c6a8" / "devices.parquet").write_bytes(b"PAR1 not parquet")
+    rc, out, err = run_cli("migrate", v1_store)  # a damaged file: named, and that run left in layout 1
+    assert rc == 2 and "devices.parquet" in err and "Traceback" not in err, err
+    assert (v1_store / "runs" / "1c86e086c617c6a8").is_dir()
