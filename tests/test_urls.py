@@ -227,3 +227,24 @@ def test_without_fsspec(tmp_path, monkeypatch):
         assert rc == 2 and "URLs need fsspec: pip install" in err and "Traceback" not in err, err
     with pytest.raises(UsageError, match="URLs need fsspec"):
         traceql.connect("memory://b/store")
+
+
+def test_baseline_and_ncu_run_directories_at_urls(bucket, tmp_path):
+    """--baseline and --ncu may name run directories at URLs: the same attribution as their local paths."""
+    base_local, ncu_local = tmp_path / "base", tmp_path / "ncu"
+    traceql.ingest(TRACES[0], base_local)
+    traceql.ingest(H200 / "kernels.ncu-rep.xz", ncu_local)
+    for name, path in (("base", base_local), ("ncu", ncu_local)):
+        for f in path.rglob("*"):
+            if f.is_file():
+                MEM.pipe(f"/{bucket}/{name}/{f.relative_to(path).as_posix()}", f.read_bytes())
+    run = tmp_path / "run"
+    traceql.ingest(H200 / "overlap.sqlite.xz", run)
+    args = ["--executor", "local", "--format", "json"]
+    rc, by_url, err = cli("attribute", run, "--baseline", f"memory://{bucket}/base", "--ncu", f"memory://{bucket}/ncu",
+                          *args)
+    assert rc == 0, err
+    rc, by_path, err = cli("attribute", run, "--baseline", base_local, "--ncu", ncu_local, *args)
+    assert rc == 0, err
+    assert by_url == by_path and json.loads(by_path)["kernels"]
+    assert not list(Path(tempfile.gettempdir()).glob("traceql-url-*"))

@@ -206,11 +206,12 @@ def sql(
 def attribute(
     inputs: Annotated[list[str], typer.Argument(help="Run directories (paths or URLs), nsys exports or .nsys-rep "
                                                      "reports.", show_default=False)],
-    baseline: Annotated[Path | None, typer.Option(help="A run (or trace) whose isolated kernels give the baseline "
-                                                       "t0, e.g. the same job without communication.")] = None,
-    ncu: Annotated[list[Path], typer.Option(help="Nsight Compute report (.ncu-rep, .ncu-rep.xz) or run directory "
-                                                 "holding one: isolated-kernel counters for the models "
-                                                 "(repeatable).", metavar="REPORT|RUN_DIR")] = [],  # noqa: B006
+    baseline: Annotated[str | None, typer.Option(help="A run (or trace) whose isolated kernels give the baseline "
+                                                      "t0, e.g. the same job without communication (a run "
+                                                      "directory may be a URL).")] = None,
+    ncu: Annotated[list[str], typer.Option(help="Nsight Compute report (.ncu-rep, .ncu-rep.xz) or run directory "
+                                                "holding one (a path or URL): isolated-kernel counters for the "
+                                                "models (repeatable).", metavar="REPORT|RUN_DIR")] = [],  # noqa: B006
     group_by_nvtx: Annotated[str | None, typer.Option(help="Group kernels by the innermost NVTX range of their "
                                                            "launching thread whose text matches this glob, "
                                                            "e.g. 'case:*' or 'forward*'.")] = None,
@@ -236,11 +237,15 @@ def attribute(
         urls.filesystem(out_dir)
     elif out_dir is not None:
         check_folder(urls.as_local(out_dir, "-o"))
-    _local_executor(inputs, executor)
-    with _ctrl_c("nothing was written"), _progress() as bar, opened(inputs) as local:
+    extra = [baseline] if baseline is not None else []
+    _local_executor([*inputs, *extra, *ncu], executor)
+    with _ctrl_c("nothing was written"), _progress() as bar, opened([*inputs, *extra, *ncu]) as local:
         bar.add_task("attribute", total=None)
-        result = do_attribute(local, baseline=baseline, ncu=ncu, group_by_nvtx=group_by_nvtx, focus=focus.value,
-                              executor=executor)
+        # --baseline and --ncu run directories at URLs are read through the same local copy as the inputs
+        local, base, ncu_local = local[:len(inputs)], local[len(inputs):len(inputs) + len(extra)], local[
+            len(inputs) + len(extra):]
+        result = do_attribute(local, baseline=base[0] if base else None, ncu=ncu_local, group_by_nvtx=group_by_nvtx,
+                              focus=focus.value, executor=executor)
         if out_dir is not None:
             result.write(out_dir)
     sys.stdout.write(render_attribution(result, fmt.value, limit))
