@@ -8,6 +8,8 @@ from statistics import NormalDist
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from traceql.stats import (
     median_ci,
@@ -295,3 +297,18 @@ def test_split_modes_three_modes_and_non_positive():
     np.testing.assert_array_equal(split_modes([0.0, -1.0], 2.0), [-1, -1])
     with pytest.raises(ValueError):
         split_modes(x, 1.0)
+
+
+_VALUES = st.floats(min_value=-1e9, max_value=1e9, allow_nan=False, allow_infinity=False).map(lambda v: round(v, 1))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_VALUES, min_size=1, max_size=60), st.integers(0, 2**32 - 1), st.integers(1, 40))
+def test_boot_medians_are_the_medians_of_the_resamples(values, seed, n_boot):
+    """The bootstrap medians come from the sorted index rows; they are exactly np.median of the resampled values (ties,
+    odd and even sizes, one value)."""
+    from traceql.stats import _boot_medians
+
+    a = np.sort(np.asarray(values, dtype=np.float64))
+    want = np.median(a[np.random.default_rng(seed).integers(0, a.size, size=(n_boot, a.size))], axis=1)
+    assert np.array_equal(_boot_medians(a, np.random.default_rng(seed), n_boot), want)

@@ -91,8 +91,15 @@ def median_ci(x: ArrayLike, level: float = 0.95) -> tuple[float, float, float]:
 
 
 def _boot_medians(a: np.ndarray, rng: np.random.Generator, n_boot: int) -> np.ndarray:
-    idx = rng.integers(0, a.size, size=(n_boot, a.size))
-    return np.median(a[idx], axis=1)
+    """The medians of ``n_boot`` resamples of the SORTED ``a`` (with replacement): ``np.median(a[idx], axis=1)``,
+    the same values, computed from the middle order statistics of the sorted index rows (``a`` sorted, the k-th
+    smallest of ``a[idx]`` is ``a`` at the k-th smallest index), which is faster than a partition of the values."""
+    n = a.size
+    idx = np.sort(rng.integers(0, n, size=(n_boot, n)), axis=1)
+    k = n // 2
+    if n % 2:
+        return a[idx[:, k]].astype(np.float64)
+    return np.mean(np.stack([a[idx[:, k - 1]], a[idx[:, k]]], axis=1), axis=1)  # as np.median: the mean of the two
 
 
 def slowdown_ci(t0: ArrayLike, t1: ArrayLike, *, key: tuple, level: float = 0.95, n_boot: int = 2000,
