@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -14,6 +13,7 @@ import numpy as np
 import pyarrow as pa
 
 from .attribution import Attribution
+from .output import json_safe
 from .verdict import CAUSES
 
 JSON_SCHEMA_VERSION = 1
@@ -100,8 +100,8 @@ class Diff:
 
     def to_json(self) -> dict:
         return {"schema_version": JSON_SCHEMA_VERSION, "a": self.a, "b": self.b, "group_by_nvtx": self.group_by_nvtx,
-                "changed": self.changed, "label_changes": self.label_changes, "verdicts": clean(self.verdicts),
-                **{k: clean(self.__getattribute__(k).to_pylist()) for k in ("summary", "kernels", "steps",
+                "changed": self.changed, "label_changes": self.label_changes, "verdicts": json_safe(self.verdicts),
+                **{k: json_safe(self.__getattribute__(k).to_pylist()) for k in ("summary", "kernels", "steps",
                                                                               "waterfall")},
                 "notes": self.notes}
 
@@ -114,16 +114,6 @@ class Diff:
         (out / "diff.json").write_text(json.dumps(self.to_json(), indent=1, default=str))
         for name, table in self.tables().items():
             pq.write_table(table, out / f"{name.removeprefix('diff_')}.parquet")
-
-
-def clean(v):
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    if isinstance(v, dict):
-        return {k: clean(x) for k, x in v.items()}
-    if isinstance(v, list):
-        return [clean(x) for x in v]
-    return v
 
 
 @dataclass

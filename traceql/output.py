@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import math
 import os
 import shutil
 import tempfile
@@ -111,3 +112,14 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+def json_safe(value):
+    """``value`` (dicts, lists, scalars) with every non-finite float as None: JSON has no NaN nor infinity."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [json_safe(v) for v in value]
+    return value

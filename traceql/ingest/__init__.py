@@ -19,7 +19,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .. import output, store
+from .. import store
 from ..errors import BadInputError, MissingInputError, TraceqlError, check_on_error
 from ..executor import Executor, run_units
 from ..executor import parse as parse_executor
@@ -72,9 +72,7 @@ def ingest_one(trace: str | Path, out: str | Path, *, require_kernels: bool = Tr
     if fmt == "nsys-rep" or path.suffix in DECOMPRESSORS or ident.seen(source):
         if (prior := ident.ingested()) is not None:
             return prior
-    created = None if out.exists() else out  # removed again if nothing gets published into it
-    tmp = store.staging_dir(out)
-    try:
+    with store.staged_run(out) as tmp:
         if fmt == "nsys-rep":
             export = export_report(path, ident.digest)
         elif path.suffix in DECOMPRESSORS:
@@ -94,12 +92,6 @@ def ingest_one(trace: str | Path, out: str | Path, *, require_kernels: bool = Tr
         if export.parent == tmp:
             export.unlink()
         info.already = not store.publish_run(out, tmp, info.run_id, info.manifest_entry(), index=index)
-    except OSError as exc:  # the run directory's disk (reading a damaged input is bad input already)
-        if exc.errno not in output.NO_ROOM:
-            raise
-        raise output.unwritable(out, exc) from exc
-    finally:
-        store.discard(tmp, created)
     return info
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from .. import output, store
+from .. import store
 from ..errors import BadInputError, MissingInputError
 from ..sources.inputs import DECOMPRESSORS, decompress, sha256_of
 from ..sources.ncu.derive import derive
@@ -54,9 +54,7 @@ def ingest_ncu_report(trace: str | Path, out: str | Path, *, labels: dict[str, s
     if store.is_store(out) and run_id in store.read_manifest(out)["runs"]:
         info = store.read_manifest(out)["runs"][run_id]
         return RunInfo(run_id, info["source_path"], digest, info["format"], info.get("tables", {}), already=True)
-    created = None if out.exists() else out  # removed again if nothing gets published into it
-    tmp = store.staging_dir(out)
-    try:
+    with store.staged_run(out) as tmp:
         path = decompress(trace, tmp / f"report{SUFFIX}") if trace.suffix in DECOMPRESSORS else trace
         report = read_report(path, shown=trace)
         if path.parent == tmp:
@@ -65,12 +63,6 @@ def ingest_ncu_report(trace: str | Path, out: str | Path, *, labels: dict[str, s
                        labels=dict(labels or {}))
         _write_run(report, trace, run_id, digest, labels or {}, tmp, info)
         info.already = not store.publish_run(out, tmp, run_id, info.manifest_entry(), index=index)
-    except OSError as exc:  # the run directory's disk
-        if exc.errno not in output.NO_ROOM:
-            raise
-        raise output.unwritable(out, exc) from exc
-    finally:
-        store.discard(tmp, created)
     return info
 
 

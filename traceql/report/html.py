@@ -13,6 +13,7 @@ import math
 
 import pyarrow as pa
 
+from ..output import json_safe
 from ..version import __version__
 from . import vega
 from .charts import CHARTS, named_data
@@ -42,16 +43,6 @@ def _json_for_script(obj) -> str:
     """JSON that is safe inside <script>: no '<', '>' or '&' can end the element or start a comment."""
     return (json.dumps(obj, allow_nan=False, default=str)
             .replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026"))
-
-
-def _clean(value):
-    if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
-        return None
-    if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_clean(v) for v in value]
-    return value
 
 
 def _fmt(col: str, value) -> tuple[str, str]:
@@ -113,8 +104,8 @@ class _Page:
                 return
             spec = chart.to_dict(validate=False)  # the specs are tested; validating every one costs seconds
         if datasets:
-            spec.setdefault("datasets", {}).update(_clean(datasets))
-        self.specs.append(_clean(spec))
+            spec.setdefault("datasets", {}).update(json_safe(datasets))
+        self.specs.append(json_safe(spec))
         self.parts.append(f'<div class="chart" id="chart-{len(self.specs) - 1}"></div>')
 
 

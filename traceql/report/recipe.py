@@ -33,13 +33,17 @@ class Query:
     order_by: str | None = None
     limit: int | None = None
 
+    @property
+    def source(self) -> str:
+        """What the query reads: its own SQL (as a subquery) or its view."""
+        return f"({self.sql.strip().rstrip(';')})" if self.sql is not None else f'"{self.view}"'
+
     def select(self, per_run: bool = True) -> str:
         """The SELECT; ``per_run``: for one run, bound as parameter ``$run_id`` by the caller (else every row)."""
-        source = f"({self.sql.strip().rstrip(';')})" if self.sql is not None else f'"{self.view}"'
         conditions = ["run_id = $run_id"] if per_run else []
         if self.where:
             conditions.append(f"({self.where})")
-        body = f"SELECT * FROM {source}" + (f" WHERE {' AND '.join(conditions)}" if conditions else "")
+        body = f"SELECT * FROM {self.source}" + (f" WHERE {' AND '.join(conditions)}" if conditions else "")
         if self.order_by:
             body += f" ORDER BY {self.order_by}"
         if self.limit is not None:
@@ -49,8 +53,7 @@ class Query:
     def select_batch(self) -> str:
         """The SELECT for every run of a connection at once: for each run, the rows :meth:`select` gives it (its
         ``limit`` counted per run), ordered by run, then as :meth:`select` orders them."""
-        source = f"({self.sql.strip().rstrip(';')})" if self.sql is not None else f'"{self.view}"'
-        body = f"SELECT * FROM {source}" + (f" WHERE ({self.where})" if self.where else "")
+        body = f"SELECT * FROM {self.source}" + (f" WHERE ({self.where})" if self.where else "")
         order = f" ORDER BY {self.order_by}" if self.order_by else ""
         if self.limit is not None:
             body += f" QUALIFY row_number() OVER (PARTITION BY run_id{order}) <= {int(self.limit)}"

@@ -41,7 +41,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import BadInputError, MissingInputError, SchemaVersionError
-from ..output import unwritable
+from ..output import NO_ROOM, unwritable
 from . import schema
 
 MANIFEST = "manifest.json"
@@ -312,6 +312,23 @@ def staging_dir(root: Path) -> Path:
         return Path(tempfile.mkdtemp(dir=root, prefix=staging_prefix()))
     except OSError as exc:
         raise unwritable(root, exc) from exc
+
+
+@contextlib.contextmanager
+def staged_run(root: Path) -> Iterator[Path]:
+    """A staging folder in ``root`` to write one run into, then :func:`publish_run`: removed on leaving whatever
+    happens (with ``root`` itself, when it was created for this run and nothing was published into it). A write that
+    fails for want of room or rights is named as the run directory's; reading a damaged input is bad input already."""
+    created = None if root.exists() else root
+    tmp = staging_dir(root)
+    try:
+        yield tmp
+    except OSError as exc:
+        if exc.errno not in NO_ROOM:
+            raise
+        raise unwritable(root, exc) from exc
+    finally:
+        discard(tmp, created)
 
 
 def discard(staged: Path, created: Path | None = None) -> None:
