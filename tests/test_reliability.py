@@ -518,6 +518,17 @@ def _rep_random(env):
     return ingest(env, written(env, "random.nsys-rep", RANDOM))
 
 
+# 64 random bytes whose "version" nsys echoes in its error: bytes that are not UTF-8 (found by a random case)
+NOT_UTF8_REP = bytes.fromhex("f9af6847e411f4b7d33c0dc61be6c357a98367d1ca70dbeadd3b632275764099"
+                             "c17b21e124c97ef9f0836e2d6e9bf26b7b0ba09726205bb4350abee9e82a2e30")
+
+
+@case("ingest", "an .nsys-rep whose header nsys echoes back as bytes that are not UTF-8",
+      words=("nsys export", "Version number is invalid", "copy it again"))
+def _rep_not_utf8(env):
+    return ingest(env, written(env, "echoed.nsys-rep", NOT_UTF8_REP))
+
+
 @case("ingest", "an empty .nsys-rep", words="empty file")
 def _rep_empty(env):
     return ingest(env, written(env, "empty.nsys-rep", b""))

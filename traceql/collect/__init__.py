@@ -71,7 +71,7 @@ def gpus_present() -> bool:
     if not smi:
         return False
     try:
-        out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=30)
+        out = subprocess.run([smi, "-L"], capture_output=True, text=True, errors="replace", timeout=30)
     except (OSError, subprocess.TimeoutExpired):
         return False
     return out.returncode == 0 and any(line.startswith("GPU ") for line in out.stdout.splitlines())
@@ -113,7 +113,7 @@ def environment_labels(cmd: list[str]) -> dict[str, str]:
     if (smi := shutil.which("nvidia-smi")) and gpus_present():
         try:
             done = subprocess.run([smi, "--query-gpu=driver_version,name", "--format=csv,noheader"],
-                                  capture_output=True, text=True, timeout=30)
+                                  capture_output=True, text=True, errors="replace", timeout=30)
         except (OSError, subprocess.TimeoutExpired):
             done = None
         lines = done.stdout.splitlines() if done is not None and done.returncode == 0 else []

@@ -55,7 +55,7 @@ def find_nsys() -> str:
 
 
 def nsys_version(nsys: str) -> tuple[int, ...]:
-    out = subprocess.run([nsys, "--version"], capture_output=True, text=True, timeout=60).stdout
+    out = subprocess.run([nsys, "--version"], capture_output=True, text=True, errors="replace", timeout=60).stdout
     m = re.search(r"(\d{4})\.(\d+)(?:\.(\d+))?", out)
     return tuple(int(x) for x in m.groups() if x is not None) if m else (0,)
 
@@ -101,15 +101,18 @@ def export_report(report: Path, sha256: str) -> Path:
         out = Path(tmp) / name
         cmd = [nsys, "export", "-t", kind, "-o", str(out), "--force-overwrite=true", str(report)]
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=EXPORT_TIMEOUT_S,
+            proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=EXPORT_TIMEOUT_S,
                                   start_new_session=True)
         except subprocess.TimeoutExpired as exc:
             _drop_if_empty(cache)
             raise BadInputError(f"{report}: `nsys export` did not finish in {EXPORT_TIMEOUT_S} s; export it by hand "
                                 f"(`nsys export -t sqlite {report}`) and ingest the export") from exc
         if proc.returncode != 0 or not out.exists():
-            msg = (proc.stderr or proc.stdout).strip().splitlines()
-            detail = msg[-1] if msg else f"exit code {proc.returncode}"
+            # nsys may echo the damaged bytes: name its last error line, printable
+            lines = [line.strip() for line in (proc.stderr or proc.stdout).splitlines() if line.strip()]
+            errors = [line for line in lines if "error" in line.lower()]
+            detail = (errors or lines or [f"exit code {proc.returncode}"])[-1]
+            detail = "".join(c if c.isprintable() and c != "\ufffd" else "?" for c in detail)[:300]
             hint = "; the report is damaged or not one nsys wrote: copy it again, or collect it again"
             if "version" in (proc.stderr + proc.stdout).lower() and "support" in (proc.stderr + proc.stdout).lower():
                 hint = (f"; this nsys ({'.'.join(map(str, version))}, {nsys}) is older than the one that "
