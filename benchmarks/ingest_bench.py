@@ -15,7 +15,8 @@ Measured, with the export in the page cache:
 - floor: for each table ingest reads, one aggregate over the columns it reads, in a fresh sqlite3 connection, so
   SQLite decodes every value once; the sum is about the least any ingest that reads SQLite can take.
 - ingest: ``traceql.ingest`` in a child process: wall time of the call, CPU time, peak RSS, and time per step.
-Targets: ingest <= 2x floor, peak RSS < 1 GiB, on 2 cores: on a larger machine run it under ``taskset -c 0,1``.
+Targets: ingest <= 1.5x floor, peak RSS < 1 GiB, on 2 cores: on a larger machine run it under ``taskset -c 0,1``.
+A real export is given with ``--db`` (docs/performance.md says how the one measured there was collected).
 The last line is the verdict against both. ``--ranks N`` also ingests N distinct copies with jobs=2;
 ``--repeat N`` takes the best of N measurements (on a shared machine; a warning says when the CPUs are busy).
 """
@@ -43,7 +44,7 @@ REAL_EXPORT = REPO / "tests" / "data" / "h200" / "overlap.sqlite.xz"
 SMALL_TABLES = re.compile(r"StringIds|META_DATA_EXPORT|TARGET_INFO_.*|PROCESSES|ThreadNames|ENUM_.*")
 SAMPLE_NS = 100_000  # GPU metrics at 10 kHz
 KERNELS_PER_NVTX = 10
-TARGET_RATIO = 2.0
+TARGET_RATIO = 1.5
 TARGET_RSS_MIB = 1024
 MIB = 1 << 20
 TARGET_CPUS = 2

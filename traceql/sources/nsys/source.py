@@ -30,6 +30,7 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 META_TABLES = ("META_DATA_EXPORT", "EXPORT_META_DATA")  # 2023+ and 2022.x spellings
 STREAMED = {"GPU_METRICS"}  # large tables: scanned once, never materialized
 ARROW_TYPES = {"INTEGER": pa.int64(), "REAL": pa.float64(), "TEXT": pa.string()}
+ROWID = "__traceql_rowid"  # carried beside a page scan's columns until its batch is handed on
 MAX_RANGES = 1 << 16  # more rowid ranges than this (a table with huge rowid gaps): read in one pass
 
 
@@ -210,6 +211,19 @@ class SqliteSource(Source):
             self._pages = sqlite_pages.PageFile(self.path)
         pages, leaves = self._pages, self._pages.leaves(row[0])
         step = max(1, sqlite_pages.CHUNK_BYTES // pages.page_size)
+        with_rowid = target.append(pa.field(ROWID, pa.int64()))
+        held: list[pa.RecordBatch] = []
+        rows = 0
+
+        def cut(n: int) -> Iterator[tuple[pa.RecordBatch, int]]:
+            nonlocal held, rows
+            if not n:
+                return
+            joined = pa.Table.from_batches(held, schema=with_rowid)
+            first = joined.slice(0, n).combine_chunks().to_batches()[0]
+            held, rows = joined.slice(n).to_batches(), rows - n
+            yield first.drop_columns([ROWID]), first.column(ROWID)[n - 1].as_py()
+
         pool = ThreadPoolExecutor(workers, thread_name_prefix=f"traceql-pages-{table}")
         pending: list[Future] = []
         try:
@@ -220,12 +234,15 @@ class SqliteSource(Source):
                     if len(pending) > workers:
                         break
                 if not pending:
-                    return
+                    break
                 rowid, values = pending.pop(0).result()
-                arrays = [pa.array(v, mask=null).cast(f.type) for (v, null), f in zip(values, target, strict=True)]
-                for lo in range(0, len(rowid), batch_rows):
-                    batch = pa.RecordBatch.from_arrays([a.slice(lo, batch_rows) for a in arrays], schema=target)
-                    yield batch, int(rowid[min(lo + batch_rows, len(rowid)) - 1])
+                held.append(pa.RecordBatch.from_arrays(
+                    [pa.array(v, mask=null).cast(f.type) for (v, null), f in zip(values, target, strict=True)]
+                    + [pa.array(rowid)], schema=with_rowid))
+                rows += len(rowid)
+                while rows >= batch_rows:  # chunks are small (they decode fastest in cache): batches are not
+                    yield from cut(batch_rows)
+            yield from cut(rows)
         finally:
             for fut in pending:
                 fut.cancel()

@@ -140,7 +140,8 @@ class PageFile:
         out: dict[int, tuple[np.ndarray, np.ndarray | None]] = {}
         group = group_word = None  # where the last word read starts, and it: neighbouring values share it
         for j, serial in enumerate(serials):
-            if (serial >= 10).any():
+            kinds = np.bincount(np.minimum(serial, 10), minlength=11)  # rows per serial type 0-9, and beyond
+            if kinds[10]:
                 if j in wanted or ((serial == 10) | (serial == 11)).any():
                     raise Unsupported("text, blob or a reserved serial type in a column read")
                 width = np.where(serial >= 12, (serial - 12) // 2, WIDTH[np.minimum(serial, 9)])
@@ -152,7 +153,7 @@ class PageFile:
                 else:
                     group, group_word = offset, mem.words(offset)
                     word = group_word
-                out[j] = _value(serial, width, word, wanted[j], rowid)
+                out[j] = _value(serial, kinds, word, wanted[j], rowid)
             offset = offset + width
         if (offset > end).any():
             raise Unsupported("a record larger than its cell")
@@ -191,6 +192,11 @@ class _Pages:
         ``words``: the bytes at ``pos`` if already read, of which the first ``valid`` are.
         """
         words = self.words(pos) if words is None else words
+        if len(words):  # most often every varint of a batch has one length: then no row is handled apart
+            flags = (words >> 7) & 0x0101010101010101  # each byte's continuation bit, at the byte's bottom
+            n = min(int(_leading_continued(int(flags[0]))) + 1, valid)
+            if n < 8 and ((flags & _FLAG_MASK[n]) == _FLAG_PATTERN[n]).all():
+                return _concat7(words) >> (7 * (8 - n)), np.full(len(words), n, np.int64)
         first = _byte(words, 0)
         value, length = first.copy(), np.ones(len(pos), np.int64)
         todo = np.flatnonzero(first >= 0x80)
@@ -235,26 +241,48 @@ class _Pages:
         return serials, header
 
 
-def _value(serial: np.ndarray, width: np.ndarray, word: np.ndarray, column: Column,
+def _value(serial: np.ndarray, kinds: np.ndarray, word: np.ndarray, column: Column,
            rowid: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
-    """One column's values from the words that start with them."""
+    """One column's values from the words that start with them (``kinds``: rows per serial type)."""
+    if kinds[10]:
+        raise Unsupported("text or blob in a numeric column")
     ints = word >> SHIFT[serial]  # arithmetic: sign-extends each value from its own width
-    constant = width == 0
-    if constant.any():  # NULL, 0 and 1 take no bytes
-        ints = np.where(constant, serial == 9, ints)
-    null = serial == 0
-    if column.rowid_alias:
-        ints, null = np.where(null, rowid, ints), np.zeros(len(serial), bool)
-    floats = serial == 7
+    if kinds[0] or kinds[8] or kinds[9]:  # NULL, 0 and 1 take no bytes
+        ints = np.where(WIDTH[serial] == 0, serial == 9, ints)
+    null = serial == 0 if kinds[0] else None
+    if column.rowid_alias and null is not None:
+        ints, null = np.where(null, rowid, ints), None
     if column.real:
         values = ints.astype(np.float64)
-        if floats.any():
+        if kinds[7]:
+            floats = serial == 7
             values[floats] = word[floats].view(np.float64)
-    elif floats.any():
+    elif kinds[7]:
         raise Unsupported("a float in an INTEGER column")
     else:
         values = ints
-    return values, (null if null.any() else None)
+    return values, null
+
+
+def _leading_continued(flags: int) -> int:
+    """How many leading bytes of a word carry the continuation bit (``flags``: one bit per byte, at its bottom)."""
+    count = 0
+    while count < 8 and flags >> (56 - 8 * count) & 1:
+        count += 1
+    return count
+
+
+# For varints of n bytes (n < 8): the continuation bits of their first n bytes, and what they must be.
+_FLAG_MASK = [sum(1 << (56 - 8 * k) for k in range(n)) for n in range(9)]
+_FLAG_PATTERN = [sum(1 << (56 - 8 * k) for k in range(n - 1)) for n in range(9)]
+
+
+def _concat7(words: np.ndarray) -> np.ndarray:
+    """The low 7 bits of a word's 8 bytes, concatenated (first byte most significant) into 56 bits."""
+    x = words & 0x7F7F7F7F7F7F7F7F
+    x = ((x & 0x7F007F007F007F00) >> 1) | (x & 0x007F007F007F007F)
+    x = ((x & 0x3FFF00003FFF0000) >> 2) | (x & 0x00003FFF00003FFF)
+    return ((x & 0x0FFFFFFF00000000) >> 4) | (x & 0x000000000FFFFFFF)
 
 
 def _byte(words: np.ndarray, k: int) -> np.ndarray:
