@@ -210,7 +210,7 @@ class SqliteSource(Source):
         if self._pages is None:
             self._pages = sqlite_pages.PageFile(self.path)
         pages, leaves = self._pages, self._pages.leaves(row[0])
-        step = max(1, sqlite_pages.CHUNK_BYTES // pages.page_size)
+        step = max(1, sqlite_pages.CHUNK_BYTES * workers // pages.page_size)  # sqlite_pages.CHUNK_BYTES says why
         with_rowid = target.append(pa.field(ROWID, pa.int64()))
         held: list[pa.RecordBatch] = []
         rows = 0
