@@ -44,6 +44,9 @@ KERNEL_ORDER = [("device_id", "ascending"), ("start_ns", "ascending"), ("end_ns"
                 ("global_pid", "ascending"), ("stream_id", "ascending"), ("correlation_id", "ascending")]
 
 
+ROW_GROUP = 1 << 18  # rows: a streamed table's row groups hold at least this many (but the last)
+
+
 def write_streamed(table: str, batches, run_id: str, path: Path) -> int:
     """Write ``batches`` as they come, so that a table of any size takes the memory of a few batches.
 
@@ -63,13 +66,19 @@ def write_streamed(table: str, batches, run_id: str, path: Path) -> int:
     with pq.ParquetWriter(path, encoded, compression="zstd", store_schema=False,
                           use_dictionary=[f.name for f in target if f.type == pa.string()],
                           write_statistics=[f.name for f in target if pa.types.is_integer(f.type)]) as w:
+        held: list[pa.RecordBatch] = []  # small batches are written together, as row groups of ROW_GROUP rows or more
         for batch in batches or ():
             if batch.num_rows == 0:
                 continue
             cols = [pa.DictionaryArray.from_arrays(pa.repeat(pa.scalar(0, pa.int32()), batch.num_rows), run_ids)
                     if f.name == "run_id" else as_encoded(batch.column(f.name), f.type) for f in encoded]
-            w.write_batch(pa.RecordBatch.from_arrays(cols, schema=encoded))
+            held.append(pa.RecordBatch.from_arrays(cols, schema=encoded))
             rows += batch.num_rows
+            if sum(b.num_rows for b in held) >= ROW_GROUP:
+                w.write_table(pa.Table.from_batches(held, schema=encoded), row_group_size=1 << 30)
+                held = []
+        if held:
+            w.write_table(pa.Table.from_batches(held, schema=encoded), row_group_size=1 << 30)
         w.add_key_value_metadata(schema.metadata(table))
     return rows
 

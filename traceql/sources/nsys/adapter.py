@@ -16,6 +16,7 @@ Facts the SQL relies on (checked on real exports of both versions):
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -294,8 +295,8 @@ class Adapter:
         # without the metrics' descriptions no sample can be named: each is dropped and counted, not read silently
         lookup = self._lookup = self._metric_lookup() if self.has("TARGET_INFO_GPU_METRICS") else MetricLookup([])
         columns = ["timestamp", "typeId", "metricId", "value"]
-        return (lookup.apply(batch) for batch in self.source.scan("GPU_METRICS", columns, batch_rows=batch_rows,
-                                                                   workers=workers))
+        return self.source.scan("GPU_METRICS", columns, batch_rows=batch_rows, workers=workers,
+                                transform=lookup.apply)
 
     def dropped_samples(self) -> dict[str, int]:
         """GPU metric samples that :meth:`gpu_metrics` left out so far, by reason (``gpu_metrics.<reason>``)."""
@@ -319,6 +320,7 @@ class MetricLookup:
 
     def __init__(self, rows: list[tuple[int, int, str]]):
         self.dropped = {"unknown_metric": 0, "no_value": 0}
+        self._count = threading.Lock()  # apply runs in the reading threads
         self.types = pa.array(sorted({t for t, _, _ in rows}), pa.int64())
         self.metric_ids = pa.array(sorted({m for _, m, _ in rows}), pa.int64())
         names: list[str | None] = sorted({n for _, _, n in rows if n is not None})
@@ -343,11 +345,13 @@ class MetricLookup:
         name = pc.take(self.dense, key)
         if name.null_count:  # no such metric in TARGET_INFO_GPU_METRICS: an inner join drops the sample
             keep = pc.is_valid(name)
-            self.dropped["unknown_metric"] += name.null_count
+            with self._count:
+                self.dropped["unknown_metric"] += name.null_count
             batch, name, type_id = batch.filter(keep), name.filter(keep), type_id.filter(keep)
         if batch.column("timestamp").null_count or batch.column("value").null_count:
             keep = pc.and_(pc.is_valid(batch.column("timestamp")), pc.is_valid(batch.column("value")))
-            self.dropped["no_value"] += len(keep) - pc.sum(keep).as_py()
+            with self._count:
+                self.dropped["no_value"] += len(keep) - pc.sum(keep).as_py()
             batch, name, type_id = batch.filter(keep), name.filter(keep), type_id.filter(keep)
         value = pc.multiply(batch.column("value").cast(pa.float64()), pc.take(self.scales, name))
         return pa.RecordBatch.from_arrays(

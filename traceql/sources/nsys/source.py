@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import queue
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
@@ -30,7 +30,6 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 META_TABLES = ("META_DATA_EXPORT", "EXPORT_META_DATA")  # 2023+ and 2022.x spellings
 STREAMED = {"GPU_METRICS"}  # large tables: scanned once, never materialized
 ARROW_TYPES = {"INTEGER": pa.int64(), "REAL": pa.float64(), "TEXT": pa.string()}
-ROWID = "__traceql_rowid"  # carried beside a page scan's columns until its batch is handed on
 MAX_RANGES = 1 << 16  # more rowid ranges than this (a table with huge rowid gaps): read in one pass
 
 
@@ -56,9 +55,10 @@ class Source:
     def register(self, con: duckdb.DuckDBPyConnection, table: str, columns: list[str]) -> str:
         raise NotImplementedError
 
-    def scan(self, table: str, columns: list[str], *, batch_rows: int = 1 << 18,
-             workers: int | None = None) -> Iterator[pa.RecordBatch]:
-        """The table's ``columns`` as Arrow batches of at most ``batch_rows`` rows, in table order.
+    def scan(self, table: str, columns: list[str], *, batch_rows: int = 1 << 18, workers: int | None = None,
+             transform: Callable[[pa.RecordBatch], pa.RecordBatch] | None = None) -> Iterator[pa.RecordBatch]:
+        """The table's ``columns`` as Arrow batches of at most ``batch_rows`` rows, in table order; ``transform``
+        (thread-safe) is applied to each batch, in the reading threads where there are several.
 
         Up to ``workers`` batches (default: :func:`default_workers`) are read at once; the result does
         not depend on ``workers``.
@@ -134,8 +134,9 @@ class SqliteSource(Source):
         return BadInputError(f"{self.path}: reading table {table} failed ({exc}); the file may be damaged "
                              "or truncated, export it again")
 
-    def scan(self, table: str, columns: list[str], *, batch_rows: int = 1 << 18,
-             workers: int | None = None) -> Iterator[pa.RecordBatch]:
+    def scan(self, table: str, columns: list[str], *, batch_rows: int = 1 << 18, workers: int | None = None,
+             transform: Callable[[pa.RecordBatch], pa.RecordBatch] | None = None) -> Iterator[pa.RecordBatch]:
+        transform = transform or _same
         # ADBC infers each batch's types from its values (an empty batch is all int64): cast to the declared ones.
         # (A TEXT column whose batch starts with NULLs can fail there: scan is for numeric tables, see register.)
         types = self.declared_types(table)
@@ -143,7 +144,7 @@ class SqliteSource(Source):
         workers = max(1, workers or default_workers())
         after = None  # the last rowid read from the pages
         try:
-            for batch, last in self._page_scan(table, columns, target, batch_rows, workers):
+            for batch, last in self._page_scan(table, columns, target, batch_rows, workers, transform):
                 after = last
                 yield batch
             return
@@ -173,7 +174,7 @@ class SqliteSource(Source):
             try:
                 batches = self._adbc.read(con, f"{select} WHERE rowid >= {start:d} AND rowid < {stop:d} "
                                                "ORDER BY rowid", batch_rows)
-                return [_conform(b, target) for b in batches]
+                return [transform(_conform(b, target)) for b in batches]
             finally:
                 idle.put(con)
 
@@ -197,9 +198,9 @@ class SqliteSource(Source):
                 fut.cancel()
             pool.shutdown(wait=True)
 
-    def _page_scan(self, table: str, columns: list[str], target: pa.Schema, batch_rows: int,
-                   workers: int) -> Iterator[tuple[pa.RecordBatch, int]]:
-        """Batches decoded from the file's pages, each with the last rowid in it; raises
+    def _page_scan(self, table: str, columns: list[str], target: pa.Schema, batch_rows: int, workers: int,
+                   transform: Callable[[pa.RecordBatch], pa.RecordBatch]) -> Iterator[tuple[pa.RecordBatch, int]]:
+        """Batches decoded from the file's pages, each with the last rowid of its chunk; raises
         :class:`sqlite_pages.Unsupported` (also midway) where SQLite must read the rest."""
         row = self._db.execute("SELECT rootpage, sql FROM sqlite_master WHERE type = 'table' AND name = ?",
                                (table,)).fetchone()
@@ -211,18 +212,15 @@ class SqliteSource(Source):
             self._pages = sqlite_pages.PageFile(self.path)
         pages, leaves = self._pages, self._pages.leaves(row[0])
         step = max(1, sqlite_pages.CHUNK_BYTES * workers // pages.page_size)  # sqlite_pages.CHUNK_BYTES says why
-        with_rowid = target.append(pa.field(ROWID, pa.int64()))
-        held: list[pa.RecordBatch] = []
-        rows = 0
 
-        def cut(n: int) -> Iterator[tuple[pa.RecordBatch, int]]:
-            nonlocal held, rows
-            if not n:
-                return
-            joined = pa.Table.from_batches(held, schema=with_rowid)
-            first = joined.slice(0, n).combine_chunks().to_batches()[0]
-            held, rows = joined.slice(n).to_batches(), rows - n
-            yield first.drop_columns([ROWID]), first.column(ROWID)[n - 1].as_py()
+        def chunk(start: int) -> tuple[list[pa.RecordBatch], int | None]:
+            rowid, values = pages.decode(leaves[start:start + step], plan)
+            if not len(rowid):
+                return [], None
+            arrays = [pa.array(v, mask=null).cast(f.type) for (v, null), f in zip(values, target, strict=True)]
+            batches = [transform(pa.RecordBatch.from_arrays([a.slice(lo, batch_rows) for a in arrays],
+                                                            schema=target)) for lo in range(0, len(rowid), batch_rows)]
+            return batches, int(rowid[-1])
 
         pool = ThreadPoolExecutor(workers, thread_name_prefix=f"traceql-pages-{table}")
         pending: list[Future] = []
@@ -230,19 +228,14 @@ class SqliteSource(Source):
             chunks = iter(range(0, len(leaves), step))
             while True:
                 for start in chunks:
-                    pending.append(pool.submit(pages.decode, leaves[start:start + step], plan))
+                    pending.append(pool.submit(chunk, start))
                     if len(pending) > workers:
                         break
                 if not pending:
-                    break
-                rowid, values = pending.pop(0).result()
-                held.append(pa.RecordBatch.from_arrays(
-                    [pa.array(v, mask=null).cast(f.type) for (v, null), f in zip(values, target, strict=True)]
-                    + [pa.array(rowid)], schema=with_rowid))
-                rows += len(rowid)
-                while rows >= batch_rows:  # chunks are small (they decode fastest in cache): batches are not
-                    yield from cut(batch_rows)
-            yield from cut(rows)
+                    return
+                batches, last = pending.pop(0).result()
+                for batch in batches:
+                    yield batch, last
         finally:
             for fut in pending:
                 fut.cancel()
@@ -351,14 +344,20 @@ class ParquetDirSource(Source):
         con.execute(f"CREATE OR REPLACE TEMP VIEW {name} AS SELECT {cols} FROM read_parquet('{path}')")
         return name
 
-    def scan(self, table: str, columns: list[str], *, batch_rows: int = 1 << 18,
-             workers: int | None = None) -> Iterator[pa.RecordBatch]:
+    def scan(self, table: str, columns: list[str], *, batch_rows: int = 1 << 18, workers: int | None = None,
+             transform: Callable[[pa.RecordBatch], pa.RecordBatch] | None = None) -> Iterator[pa.RecordBatch]:
+        transform = transform or _same
         try:  # pyarrow decodes with its own threads; ``workers`` is for SQLite
-            yield from pq.ParquetFile(self._files[table]).iter_batches(batch_size=batch_rows, columns=columns,
-                                                                      use_threads=workers != 1)
+            for batch in pq.ParquetFile(self._files[table]).iter_batches(batch_size=batch_rows, columns=columns,
+                                                                        use_threads=workers != 1):
+                yield transform(batch)
         except (OSError, pa.ArrowException) as exc:
             raise BadInputError(f"{self._files[table]}: unreadable Parquet file ({exc}); the export is damaged: "
                                   "export it again (`nsys export -t parquetdir`)") from exc
+
+
+def _same(batch: pa.RecordBatch) -> pa.RecordBatch:
+    return batch
 
 
 def _conform(batch: pa.RecordBatch, target: pa.Schema) -> pa.RecordBatch:
