@@ -13,11 +13,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from . import analysis, store
+from . import analysis, duck, store
 from .attribution import (
     KERNEL_COLUMNS,
     KERNEL_ORDER,
@@ -65,7 +64,7 @@ def attribute_run(dirs: Sequence[Path], run_id: str, shared: Sequence[str], exte
     ``shared``; ``external``: a baseline run's durations (else Nsight Compute's, when they match)."""
     # one thread: a unit is one core's work (the executor runs units side by side), and DuckDB's parallel aggregates
     # of floating-point values change in the last digits from one run to the next; one thread gives the same bytes
-    con = duckdb.connect()
+    con = duck.connect()
     con.execute("SET threads = 1")
     con = store.connect(list(dirs), con, run_ids={run_id, *shared})
     try:
@@ -139,7 +138,7 @@ def reduce_parts(parts: list[RunPart], inputs: Sequence[Path], baseline: Path | 
         k = k.set_column(i, k.schema.field(i), pc.add(k.column(i), pa.scalar(offset, k.schema.field(i).type)))
         kernels.append(k)
         offset += p.groups
-    con = duckdb.connect()
+    con = duck.connect()
     try:
         con.register("_kernels", pa.concat_tables(kernels))
         con.register("_summary", pa.concat_tables([p.summary for p in traced]))

@@ -16,7 +16,6 @@ Everything is deterministic: groups are processed in sorted order and every rand
 from __future__ import annotations
 
 import hashlib
-import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -24,7 +23,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from . import stats
+from . import duck, stats
 
 # Calibrated with benchmarks/calibrate_baselines.py on the bundled real traces (H100 and H200 known-cause traces, the
 # H200 contention, overlap and DDP traces); docs/attribution.md has the figures. Within one case range (the same work
@@ -153,7 +152,7 @@ def compute(con: duckdb.DuckDBPyConnection, external: External | None = None,
         return pools
 
     # signatures are independent and write disjoint instances: numpy's sorts and medians run in parallel threads
-    with ThreadPoolExecutor(max(1, min(os.cpu_count() or 1, len(bounds) - 1))) as threads:
+    with ThreadPoolExecutor(max(1, min(duck.usable_cpus(), len(bounds) - 1))) as threads:
         per_signature = list(threads.map(signature, bounds[:-1].tolist(), bounds[1:].tolist()))
     pool_id = 0
     for pools in per_signature:

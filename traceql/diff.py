@@ -29,7 +29,7 @@ from pathlib import Path
 import duckdb
 import numpy as np
 
-from . import store
+from . import duck, store
 from .attribute import attribute
 from .diff_model import DIFF_TABLES, GATE_COLUMNS, Diff, Side  # noqa: F401  (this module's API too)
 from .errors import BadInputError, MissingInputError, UsageError
@@ -186,7 +186,7 @@ def preflight(spec_a: str, inputs_a: list[Path], spec_b: str, inputs_b: list[Pat
 
 def load_side(spec: str, which: str, inputs: list[Path], side_dir: Path, group_by_nvtx: str | None) -> Side:
     """Attribute one side and read what the comparison needs from it."""
-    con = duckdb.connect()
+    con = duck.connect()
     try:
         result = attribute(inputs, group_by_nvtx=group_by_nvtx, workdir=side_dir / "work", con=con)
         runs = []

@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
+from . import duck
 from .analysis import needs_prepare, prepare
 from .errors import BadInputError, Interrupted, UsageError
 from .output import check_target, replacing
@@ -44,7 +45,7 @@ def query(run_dirs: list[Path], sql: str, *, allow_files: bool = False) -> pa.Ta
     cons: list[duckdb.DuckDBPyConnection] = []
 
     def work() -> pa.Table:
-        con = duckdb.connect()
+        con = duck.connect()
         cons.append(con)
         try:
             connect(run_dirs, con, views=needs_views(sql))

@@ -15,11 +15,10 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from pathlib import Path
 
-import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .. import store
+from .. import duck, store
 from ..errors import BadInputError, MissingInputError, TraceqlError, check_on_error
 from ..executor import Executor, run_units
 from ..executor import parse as parse_executor
@@ -150,7 +149,7 @@ def _power(power_file: Path, devices: pa.Table | None, session_start: int | None
     if session_start is None:
         raise BadInputError(f"{trace}: no session start time in the export, so power samples cannot be aligned")
     samples = pq.read_table(power_file)
-    con = duckdb.connect()
+    con = duck.connect()
     con.register("samples", samples)
     con.register("devs", devices if devices is not None else schema.empty("devices").drop(["run_id"]))
     return con.sql(f"""
@@ -164,7 +163,7 @@ def _write_run(trace: Path, export: Path, fmt: str, ident: _Identity, tmp: Path,
                require_kernels: bool, labels: dict[str, str], power_file: Path | None = None,
                source_name: str | None = None) -> RunInfo:
     source = open_source(export)
-    con = duckdb.connect()
+    con = duck.connect()
     con.execute("SET threads TO 2")
     source_name = source_name or str(trace.resolve())
     info = RunInfo("", source_name, "", fmt, labels=dict(labels))  # run_id and sha256: at the first write

@@ -11,6 +11,7 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
+from .. import duck
 from ..errors import BadInputError
 from . import Report
 from . import recipe as recipes
@@ -42,7 +43,7 @@ def diff_report(d, recipe: str | Path | Recipe = "diff") -> Report:
     """The report of diff ``d`` (a :class:`traceql.diff.Diff`) with a diff recipe."""
     rec = load_diff_recipe(recipe)
     started = time.perf_counter()
-    con = duckdb.connect()
+    con = duck.connect()
     try:
         for name, table in d.tables().items():
             con.register(name, table)

@@ -40,6 +40,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from .. import duck
 from ..errors import BadInputError, MissingInputError, SchemaVersionError
 from ..output import NO_ROOM, unwritable
 from . import schema
@@ -417,7 +418,7 @@ def connect(run_dirs: Sequence[str | Path] | str | Path, con: duckdb.DuckDBPyCon
         run_dirs = [run_dirs]
     if not run_dirs:
         raise BadInputError("no run directory given")
-    con = con or duckdb.connect()
+    con = con or duck.connect()
     if con.sql("SELECT current_setting('enable_progress_bar')").fetchall()[0][0]:
         with contextlib.suppress(duckdb.InvalidInputException):  # Jupyter without ipywidgets refuses the setting
             con.execute("SET enable_progress_bar = false")

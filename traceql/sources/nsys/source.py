@@ -12,7 +12,6 @@ connections at once.
 
 from __future__ import annotations
 
-import os
 import queue
 import sqlite3
 from collections.abc import Callable, Iterator
@@ -23,6 +22,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ... import duck
 from ...errors import BadInputError
 from . import sqlite_pages
 
@@ -36,8 +36,7 @@ MAX_RANGES = 1 << 16  # more rowid ranges than this (a table with huge rowid gap
 def default_workers() -> int:
     """Readers for :meth:`Source.scan`: one per CPU this process may use, up to 4 (beyond, the single
     thread that consumes the batches is the limit)."""
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return max(1, min(4, cpus))
+    return max(1, min(4, duck.usable_cpus()))
 
 
 class Source:
@@ -70,7 +69,7 @@ class Source:
         """The export's own description (product version, EXPORT_SCHEMA_VERSION...); {} if absent."""
         for t in META_TABLES:
             if t in self.tables():
-                con = duckdb.connect()
+                con = duck.connect()
                 try:
                     rel = self.register(con, t, ["name", "value"])
                     return {k: v for k, v in con.execute(f"SELECT name, value FROM {rel}").fetchall()}
