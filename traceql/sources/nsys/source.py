@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import queue
 import sqlite3
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import TypeVar
 
 import duckdb
 import pyarrow as pa
@@ -30,6 +31,8 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 META_TABLES = ("META_DATA_EXPORT", "EXPORT_META_DATA")  # 2023+ and 2022.x spellings
 STREAMED = {"GPU_METRICS"}  # large tables: scanned once, never materialized
 ARROW_TYPES = {"INTEGER": pa.int64(), "REAL": pa.float64(), "TEXT": pa.string()}
+T = TypeVar("T")
+R = TypeVar("R")
 MAX_RANGES = 1 << 16  # more rowid ranges than this (a table with huge rowid gaps): read in one pass
 
 
@@ -168,34 +171,19 @@ class SqliteSource(Source):
         for _ in range(workers):
             idle.put(self._adbc.connect())
 
-        def read(start: int, stop: int) -> list[pa.RecordBatch]:
+        def read(bounds: tuple[int, int]) -> list[pa.RecordBatch]:
             con = idle.get()
             try:
-                batches = self._adbc.read(con, f"{select} WHERE rowid >= {start:d} AND rowid < {stop:d} "
+                batches = self._adbc.read(con, f"{select} WHERE rowid >= {bounds[0]:d} AND rowid < {bounds[1]:d} "
                                                "ORDER BY rowid", batch_rows)
                 return [transform(_conform(b, target)) for b in batches]
+            except Exception as exc:  # ADBC raises its own DatabaseError family
+                raise self._read_error(table, exc) from exc
             finally:
                 idle.put(con)
 
-        def results(fut: Future) -> list[pa.RecordBatch]:
-            try:
-                return fut.result()
-            except Exception as exc:  # ADBC raises its own DatabaseError family
-                raise self._read_error(table, exc) from exc
-
-        pool = ThreadPoolExecutor(workers, thread_name_prefix=f"traceql-read-{table}")
-        pending: list[Future] = []
-        try:
-            for start, stop in ranges:
-                pending.append(pool.submit(read, start, stop))
-                if len(pending) > workers:  # every worker busy, and no more than that in memory
-                    yield from results(pending.pop(0))
-            while pending:
-                yield from results(pending.pop(0))
-        finally:
-            for fut in pending:
-                fut.cancel()
-            pool.shutdown(wait=True)
+        for batches in _in_order(read, ranges, workers, f"traceql-read-{table}"):
+            yield from batches
 
     def _page_scan(self, table: str, columns: list[str], target: pa.Schema, batch_rows: int, workers: int,
                    transform: Callable[[pa.RecordBatch], pa.RecordBatch]) -> Iterator[tuple[pa.RecordBatch, int]]:
@@ -221,24 +209,9 @@ class SqliteSource(Source):
                                                             schema=target)) for lo in range(0, len(rowid), batch_rows)]
             return batches, int(rowid[-1])
 
-        pool = ThreadPoolExecutor(workers, thread_name_prefix=f"traceql-pages-{table}")
-        pending: list[Future] = []
-        try:
-            chunks = iter(range(0, len(leaves), step))
-            while True:
-                for start in chunks:
-                    pending.append(pool.submit(chunk, start))
-                    if len(pending) > workers:
-                        break
-                if not pending:
-                    return
-                batches, last = pending.pop(0).result()
-                for batch in batches:
-                    yield batch, last
-        finally:
-            for fut in pending:
-                fut.cancel()
-            pool.shutdown(wait=True)
+        for batches, last in _in_order(chunk, range(0, len(leaves), step), workers, f"traceql-pages-{table}"):
+            for batch in batches:
+                yield batch, last
 
     def declared_types(self, table: str) -> dict[str, str]:
         return {r[1]: (r[2] or "").upper() for r in self._db.execute(f"PRAGMA table_info({_quote(table)})")}
@@ -353,6 +326,24 @@ class ParquetDirSource(Source):
         except (OSError, pa.ArrowException) as exc:
             raise BadInputError(f"{self._files[table]}: unreadable Parquet file ({exc}); the export is damaged: "
                                   "export it again (`nsys export -t parquetdir`)") from exc
+
+
+def _in_order(fn: Callable[[T], R], items: Iterable[T], workers: int, name: str) -> Iterator[R]:
+    """``fn`` of each item, computed on ``workers`` threads, handed on in the items' order; no more results are
+    held than there are workers busy (and one ready), whatever the number of items."""
+    pool = ThreadPoolExecutor(workers, thread_name_prefix=name)
+    pending: list[Future] = []
+    try:
+        for item in items:
+            pending.append(pool.submit(fn, item))
+            if len(pending) > workers:  # every worker busy, and no more than that in memory
+                yield pending.pop(0).result()
+        while pending:
+            yield pending.pop(0).result()
+    finally:
+        for fut in pending:
+            fut.cancel()
+        pool.shutdown(wait=True)
 
 
 def _same(batch: pa.RecordBatch) -> pa.RecordBatch:

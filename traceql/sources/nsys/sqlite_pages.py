@@ -329,18 +329,13 @@ def plan(sql: str, table_info: list[tuple], columns: list[str]) -> list[Column]:
     return plan_
 
 
-def scan(pages: PageFile, root: int, columns: list[Column], after: int | None = None,
+def scan(pages: PageFile, root: int, columns: list[Column],
          chunk_bytes: int = CHUNK_BYTES) -> Iterator[tuple[np.ndarray, list[tuple[np.ndarray, np.ndarray | None]]]]:
-    """Rowids and columns of the table at ``root``, a chunk of leaf pages at a time, in rowid order; rows with
-    a rowid at most ``after`` are left out."""
+    """Rowids and columns of the table at ``root``, a chunk of leaf pages at a time, in rowid order, on this thread
+    (the readers' scan decodes chunks on several)."""
     leaves = pages.leaves(root)
     step = max(1, chunk_bytes // pages.page_size)
     for i in range(0, len(leaves), step):
         rowid, values = pages.decode(leaves[i:i + step], columns)
-        if after is not None:
-            keep = rowid > after
-            if not keep.all():
-                rowid = rowid[keep]
-                values = [(v[keep], None if null is None else null[keep]) for v, null in values]
         if len(rowid):
             yield rowid, values
