@@ -143,6 +143,10 @@ class _Identity:
         return self.digest[:16]
 
 
+def _with_run_id(data: pa.Table, run_id: str) -> pa.Table:
+    return data.append_column("run_id", pa.repeat(pa.scalar(run_id, pa.string()), data.num_rows))
+
+
 def _power(power_file: Path, devices: pa.Table | None, session_start: int | None, trace: Path) -> pa.Table:
     """NVML samples (epoch ns, by GPU uuid) onto the trace's timeline and its device ids."""
 
@@ -179,9 +183,12 @@ def _write_run(trace: Path, export: Path, fmt: str, ident: _Identity, tmp: Path,
             if table == "kernels":
                 data = data.sort_by(KERNEL_ORDER)
             info.repairs.update(dropped)
-            data = data.append_column("run_id", pa.repeat(pa.scalar(info.run_id, pa.string()), data.num_rows))
             try:
-                schema.write(table, data, tmp / f"{table}.parquet")
+                if any(pa.types.is_dictionary(t) for t in data.schema.types):  # names once per distinct string
+                    rows = schema.conform(table, _with_run_id(data, ""), dictionaries=True).drop(["run_id"])
+                    write_streamed(table, rows.to_batches(), info.run_id, tmp / f"{table}.parquet")
+                else:
+                    schema.write(table, _with_run_id(data, info.run_id), tmp / f"{table}.parquet")
             except (pa.ArrowException, ValueError) as exc:  # values nsys does not write, e.g. fractional times
                 raise BadInputError(f"{trace}: its {table} do not fit traceql's schema ({exc}); the export holds "
                                     "values nsys does not write: export it again from the .nsys-rep") from exc

@@ -115,12 +115,17 @@ def empty(table: str) -> pa.Table:
     return TABLES[table].empty_table()
 
 
-def conform(table: str, data: pa.Table) -> pa.Table:
-    """Cast ``data`` to the declared schema of ``table`` (columns by name, in declared order)."""
+def conform(table: str, data: pa.Table, *, dictionaries: bool = False) -> pa.Table:
+    """Cast ``data`` to the declared schema of ``table`` (columns by name, in declared order); ``dictionaries``:
+    string columns that come dictionary-encoded stay so (Parquet stores strings as dictionaries either way)."""
     schema = TABLES[table]
     missing = [n for n in schema.names if n not in data.column_names]
     if missing:
         raise AssertionError(f"normalized {table} lacks columns {missing}")  # a traceql bug, not bad input
+    if dictionaries:
+        schema = pa.schema([pa.field(f.name, pa.dictionary(pa.int32(), f.type))
+                            if f.type == pa.string() and pa.types.is_dictionary(data.schema.field(f.name).type)
+                            else f for f in schema])
     return data.select(schema.names).cast(schema)
 
 

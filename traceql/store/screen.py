@@ -10,6 +10,7 @@ and the ``runs`` table) and to the ingest's warnings. Nothing here depends on wh
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -58,14 +59,29 @@ def screen(table: str, data: pa.Table) -> tuple[pa.Table, dict[str, int]]:
 
 
 def _deduplicated(data: pa.Table) -> tuple[pa.Table, int]:
-    """The first of every set of identical rows, in the original order, and how many were left out."""
-    cols = [c for c in data.column_names if not pa.types.is_nested(data.schema.field(c).type)]
-    indexed = data.select(cols).append_column("_row", pa.array(range(data.num_rows), pa.int64()))
-    firsts = indexed.group_by(cols, use_threads=False).aggregate([("_row", "min")]).column("_row_min")
-    dupes = data.num_rows - len(firsts)
+    """The first of every set of identical rows, in the original order, and how many were left out.
+
+    Identical rows share their start and end, so only rows whose (start, end) pair occurs more than once (rare:
+    two activities rarely begin and end on the same nanoseconds) are compared on every column."""
+    start = np.asarray(pc.fill_null(data.column("start_ns"), np.iinfo(np.int64).min))
+    end = np.asarray(pc.fill_null(data.column("end_ns"), np.iinfo(np.int64).min))
+    order = np.lexsort((end, start))
+    same = (start[order][1:] == start[order][:-1]) & (end[order][1:] == end[order][:-1])
+    if not same.any():
+        return data, 0
+    candidate = np.zeros(data.num_rows, bool)
+    candidate[order[1:][same]] = candidate[order[:-1][same]] = True
+    rows = np.flatnonzero(candidate)
+    some = data.take(rows)
+    cols = [c for c in some.column_names if not pa.types.is_nested(some.schema.field(c).type)]
+    indexed = some.select(cols).append_column("_row", pa.array(np.arange(len(rows), dtype=np.int64)))
+    firsts = indexed.group_by(cols, use_threads=False).aggregate([("_row", "min")]).column("_row_min").to_numpy()
+    dupes = len(rows) - len(firsts)
     if dupes == 0:
         return data, 0
-    return data.take(pc.take(firsts, pc.sort_indices(firsts))), dupes
+    keep = ~candidate
+    keep[rows[firsts]] = True
+    return data.filter(pa.array(keep)), dupes
 
 
 def describe(counts: dict[str, int]) -> str:

@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import duckdb
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -164,32 +165,84 @@ class Adapter:
 
     @_reads("CUPTI_ACTIVITY_KIND_KERNEL", "StringIds", "TARGET_INFO_CUDA_DEVICE")
     def kernels(self) -> pa.Table | None:
+        """Read column by column (no join in DuckDB): names and classes come dictionary-encoded, one string per
+        distinct kernel, however many launches there are."""
         table = "CUPTI_ACTIVITY_KIND_KERNEL"
         if not self.has(table):
             return None
-        extra = ["demangledName", "shortName", "gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ",
-                 "staticSharedMemory", "dynamicSharedMemory", "registersPerThread"]
-        common, p, joins = self._activity(table, extra)
+        r = self._scan(table, ["start", "end", "deviceId", "contextId", "streamId", "correlationId", "globalPid",
+                               "graphNodeId", "demangledName", "shortName", "gridX", "gridY", "gridZ", "blockX",
+                               "blockY", "blockZ", "staticSharedMemory", "dynamicSharedMemory",
+                               "registersPerThread"],
+                       required=["start", "end", "deviceId", "demangledName"], what="kernels")
+        names = self._names(r["demangledName"], r["shortName"])
+        name, short = names.columns(r["demangledName"]), names.columns(r["shortName"], fallback=r["demangledName"])
+        classes = names.classes(r["demangledName"])
+        return pa.table({
+            **self._activity_columns(r), "name": name, "short_name": short,
+            "grid_x": r["gridX"], "grid_y": r["gridY"], "grid_z": r["gridZ"],
+            "block_x": r["blockX"], "block_y": r["blockY"], "block_z": r["blockZ"],
+            "ctas": pc.multiply(pc.multiply(r["gridX"], r["gridY"]), r["gridZ"]),
+            "threads_per_block": pc.multiply(pc.multiply(r["blockX"], r["blockY"]), r["blockZ"]),
+            "static_smem_bytes": r["staticSharedMemory"], "dynamic_smem_bytes": r["dynamicSharedMemory"],
+            "regs_per_thread": r["registersPerThread"], **classes})
+
+    def _scan(self, table: str, wanted: list[str], required: list[str], what: str) -> dict[str, pa.Array]:
+        """The ``wanted`` columns of ``table`` as whole int64 arrays (NULL where the export lacks the column)."""
+        present = set(self.source.columns(table))
+        if missing := [c for c in required if c not in present]:
+            raise BadInputError(f"{self.source.path}: table {table} lacks the column(s) {', '.join(missing)} that "
+                                "nsys writes; the file was not written by nsys: export it again from the .nsys-rep")
+        cols = [c for c in wanted if c in present]
+        batches = list(self.source.scan(table, cols))  # types as the export stores them (Parquet: also unsigned)
+        n = sum(b.num_rows for b in batches)
+        out = {}
+        for c in wanted:
+            try:
+                out[c] = pa.concat_arrays([b.column(c).cast(pa.int64()) for b in batches]) if batches and c in present \
+                    else pa.nulls(n, pa.int64())
+            except pa.ArrowInvalid as exc:  # fractional times, text in a number column
+                raise BadInputError(f"{self.source.path}: its {what} do not fit traceql's schema (column {c} of "
+                                    f"{table}: {exc}); the export holds values nsys does not write: export it "
+                                    "again from the .nsys-rep") from exc
+        return out
+
+    def _activity_columns(self, r: dict[str, pa.Array]) -> dict[str, pa.Array]:
+        """Common columns of kernel/memcpy/memset rows, with the physical device resolved: a process's CUDA
+        ordinal mapped to the GPU's index on the host (``TARGET_INFO_CUDA_DEVICE``), the ordinal where unmapped."""
+        return {"global_pid": r["globalPid"], "device_id": self._physical(r["globalPid"], r["deviceId"]),
+                "cuda_device": r["deviceId"], "context_id": r["contextId"], "stream_id": r["streamId"],
+                "correlation_id": r["correlationId"], "start_ns": r["start"], "end_ns": r["end"],
+                "dur_ns": pc.subtract(r["end"], r["start"]), "graph_node_id": r["graphNodeId"]}
+
+    def _physical(self, global_pid: pa.Array, cuda: pa.Array) -> pa.Array:
+        if not hasattr(self, "_devmap"):
+            rows = self.con.sql(f"SELECT pid, cuda_device, min(device_id) FROM {self._device_map()} "
+                                "WHERE pid IS NOT NULL AND cuda_device IS NOT NULL GROUP BY ALL ORDER BY ALL"
+                                ).fetchall()
+            self._devmap = (np.array([(p << 32) | c for p, c, _ in rows], np.int64),
+                            np.array([d if d is not None else -1 for _, _, d in rows], np.int64))
+        keys, gpus = self._devmap
+        if not len(keys) or not len(cuda):
+            return cuda
+        pid = (np.asarray(pc.fill_null(global_pid, 0)) >> 24) & TID_MASK
+        ordinal = np.asarray(pc.fill_null(cuda, 0))
+        key = (pid << 32) | (ordinal & 0xFFFFFFFF)
+        at = np.minimum(np.searchsorted(keys, key), len(keys) - 1)
+        found = (keys[at] == key) & (gpus[at] >= 0) & np.asarray(global_pid.is_valid())
+        return pa.array(np.where(found, gpus[at], ordinal), mask=np.asarray(cuda.is_null()))
+
+    def _names(self, *ids: pa.Array) -> _Names:
+        """The StringIds values of the ids in ``ids`` (read for those ids only)."""
+        used = np.unique(np.concatenate([np.asarray(a.drop_null()) for a in ids] or [np.zeros(0, np.int64)]))
         strings = self._strings()
-        names = self.fetch(f"""SELECT DISTINCT s.value AS name FROM {strings} s
-                               WHERE s.id IN (SELECT DISTINCT demangledName FROM raw_{table})""")
-        self.con.register("kernel_classes", classify.classify_names(names.column("name").to_pylist()))
-        short = "COALESCE(sn.value, dn.value)" if "shortName" in p else "dn.value"
-        c = self.col
-        return self.fetch(f"""
-            SELECT {common}, dn.value AS name, {short} AS short_name,
-                   r.gridX AS grid_x, r.gridY AS grid_y, r.gridZ AS grid_z,
-                   r.blockX AS block_x, r.blockY AS block_y, r.blockZ AS block_z,
-                   r.gridX::BIGINT * r.gridY * r.gridZ AS ctas, r.blockX * r.blockY * r.blockZ AS threads_per_block,
-                   {c(p, 'staticSharedMemory', 'static_smem_bytes')},
-                   {c(p, 'dynamicSharedMemory', 'dynamic_smem_bytes')},
-                   {c(p, 'registersPerThread', 'regs_per_thread')},
-                   kc.kind, kc.family, kc.comm_op, kc.comm_algo, kc.comm_proto, kc.comm_dtype, kc.comm_redop
-            {joins}
-            LEFT JOIN {strings} dn ON dn.id = r.demangledName
-            {"LEFT JOIN " + strings + " sn ON sn.id = r.shortName" if "shortName" in p else ""}
-            LEFT JOIN kernel_classes kc ON kc.name = dn.value
-            ORDER BY device_id, start_ns""")
+        self.con.register("_wanted_ids", pa.table({"id": used}))
+        try:
+            rows = self.con.sql(f"SELECT s.id, s.value FROM {strings} s SEMI JOIN _wanted_ids w ON s.id = w.id "
+                                "WHERE s.value IS NOT NULL").fetchall()
+        finally:
+            self.con.unregister("_wanted_ids")
+        return _Names(dict(rows))
 
     @_reads("CUPTI_ACTIVITY_KIND_MEMCPY", "TARGET_INFO_CUDA_DEVICE")
     def memcpy(self) -> pa.Table | None:
@@ -270,17 +323,18 @@ class Adapter:
 
     @_reads("CUPTI_ACTIVITY_KIND_RUNTIME", "StringIds")
     def runtime_api(self) -> pa.Table | None:
-        if not self.has("CUPTI_ACTIVITY_KIND_RUNTIME"):
+        table = "CUPTI_ACTIVITY_KIND_RUNTIME"
+        if not self.has(table):
             return None
-        rel, p = self.load("CUPTI_ACTIVITY_KIND_RUNTIME", ["start", "end", "globalTid", "correlationId", "nameId",
-                                                           "returnValue"])
-        strings = self._strings()
-        c = self.col
-        return self.fetch(f"""
-            SELECT (r.globalTid >> 24) << 24 AS global_pid, r.globalTid AS global_tid, r.globalTid & {TID_MASK} AS tid,
-                   r.start AS start_ns, r."end" AS end_ns, r."end" - r.start AS dur_ns, s.value AS name,
-                   {c(p, 'correlationId', 'correlation_id')}, {c(p, 'returnValue', 'return_value')}
-            FROM {rel} r LEFT JOIN {strings} s ON s.id = r.nameId ORDER BY global_tid, start_ns""")
+        r = self._scan(table, ["start", "end", "globalTid", "correlationId", "nameId", "returnValue"],
+                       required=["start", "end", "globalTid", "nameId"], what="runtime API calls")
+        tid = r["globalTid"]
+        data = pa.table({
+            "global_pid": pc.shift_left(pc.shift_right(tid, 24), 24), "global_tid": tid,
+            "tid": pc.bit_wise_and(tid, TID_MASK), "start_ns": r["start"], "end_ns": r["end"],
+            "dur_ns": pc.subtract(r["end"], r["start"]), "name": self._names(r["nameId"]).columns(r["nameId"]),
+            "correlation_id": r["correlationId"], "return_value": r["returnValue"]})
+        return data.take(pc.sort_indices(data, [("global_tid", "ascending"), ("start_ns", "ascending")]))
 
     @_reads("GPU_METRICS", "TARGET_INFO_GPU_METRICS")
     def gpu_metrics(self, batch_rows: int = 1 << 18, workers: int | None = None) -> Iterator[pa.RecordBatch] | None:
@@ -358,6 +412,48 @@ class MetricLookup:
             [pc.bit_wise_and(type_id, 255).cast(pa.int32()), batch.column("timestamp").cast(pa.int64()),
              pa.DictionaryArray.from_arrays(name, self.names), value],
             names=["device_id", "ts_ns", "metric", "value"])
+
+
+class _Names:
+    """Strings of an export's ``StringIds`` by id, turned into dictionary-encoded columns: the Arrow array holds
+    each distinct string once and an index per row."""
+
+    def __init__(self, by_id: dict[int, str]):
+        self.ids = np.array(sorted(by_id), np.int64)
+        values = [by_id[i] for i in self.ids.tolist()]
+        self.strings = list(dict.fromkeys(values))  # distinct, first-seen order
+        position = {v: k for k, v in enumerate(self.strings)}
+        self.code = np.array([position[v] for v in values], np.int32)  # per id: its string's position
+
+    def _codes(self, ids: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+        """Per row: the position of its string, and whether it has none (a NULL id, or one StringIds lacks)."""
+        raw = np.asarray(pc.fill_null(ids, -1))
+        at = np.minimum(np.searchsorted(self.ids, raw), max(len(self.ids) - 1, 0))
+        found = (self.ids[at] == raw) & np.asarray(ids.is_valid()) if len(self.ids) else np.zeros(len(raw), bool)
+        return np.where(found, self.code[at] if len(self.ids) else 0, 0).astype(np.int32), ~found
+
+    def columns(self, ids: pa.Array, fallback: pa.Array | None = None) -> pa.DictionaryArray:
+        """The string of each id, NULL where there is none (or the string of ``fallback``'s id, where given)."""
+        code, missing = self._codes(ids)
+        if fallback is not None:
+            other, other_missing = self._codes(fallback)
+            code, missing = np.where(missing, other, code), missing & other_missing
+        return pa.DictionaryArray.from_arrays(pa.array(code, mask=missing), pa.array(self.strings, pa.string()))
+
+    def classes(self, ids: pa.Array) -> dict[str, pa.DictionaryArray]:
+        """The kernel classes (:mod:`traceql.classify`) of each row's name, dictionary-encoded likewise."""
+        code, missing = self._codes(ids)
+        table = classify.classify_names(self.strings)  # one row per distinct string, in the same order
+        out = {}
+        for col in table.column_names[1:]:
+            values = table.column(col).to_pylist()
+            distinct = [v for v in dict.fromkeys(values) if v is not None]
+            where = {v: k for k, v in enumerate(distinct)}
+            per_name = np.array([where.get(v, -1) for v in values] or [-1], np.int32)
+            row = per_name[code] if len(values) else np.full(len(code), -1, np.int32)
+            out[col] = pa.DictionaryArray.from_arrays(pa.array(np.maximum(row, 0), mask=missing | (row < 0)),
+                                                      pa.array(distinct, pa.string()))
+        return out
 
 
 def _enum_values(mapping: dict[int, str]) -> str:
