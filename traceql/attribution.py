@@ -112,15 +112,17 @@ def input_paths(inputs: Sequence[str | Path] | str | Path) -> list[Path]:
     return [Path(p) for p in inputs]
 
 
-def as_store(inputs: list[Path], workdir: Path, executor: Executor | None = None) -> list[Path]:
-    """Run directories for ``inputs``: run directories as they are, raw traces ingested into ``workdir``."""
+def as_store(inputs: list[Path], workdir: Path, executor: Executor | None = None,
+             defer: Sequence[str] = ()) -> list[Path]:
+    """Run directories for ``inputs``: run directories as they are, raw traces ingested into ``workdir`` (``defer``:
+    tables left in the exports until a query needs them, see :func:`traceql.ingest.ingest`)."""
     from .ingest import ingest
 
     dirs, raw = [], []
     for p in inputs:
         (dirs if store.is_store(p) else raw).append(p)
     if raw:
-        ingest(raw, workdir, executor=executor)
+        ingest(raw, workdir, executor=executor, defer=defer)
         dirs.append(workdir)
     return dirs
 

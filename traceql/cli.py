@@ -259,6 +259,26 @@ def attribute(
 
 
 @app.command()
+def overlap(
+    inputs: Annotated[list[str], typer.Argument(help="nsys exports, .nsys-rep reports or run directories.",
+                                                show_default=False)],
+    fmt: Format = TableFormat.table,
+    keep: Annotated[str | None, typer.Option("--keep", help="Ingest raw traces into this run directory and keep it "
+                                                             "(lazily: `traceql attribute` on it reads the rest of "
+                                                             "each trace then).")] = None,
+) -> None:
+    """Per GPU: how long compute and communication kernels ran alone, together and not at all (exact unions, from
+    the kernels alone)."""
+    from .overlap import overlap as do_overlap
+    from .render import render_overlap
+
+    with _ctrl_c("nothing was written"), _progress() as bar:
+        bar.add_task("overlap", total=None)
+        table = do_overlap(inputs, workdir=keep)
+    sys.stdout.write(render_overlap(table, fmt.value))
+
+
+@app.command()
 def diff(
     a: Annotated[str, typer.Argument(help="Before: a run directory (PATH@RUN[,RUN] picks runs of it by id, name or "
                                           "file), an nsys export or report.", show_default=False)],

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Collection
 from importlib import resources
 from pathlib import Path
 
@@ -46,9 +47,10 @@ def header_columns(sql: str) -> list[tuple[str, str]]:
     return cols
 
 
-def create_views(con: duckdb.DuckDBPyConnection) -> list[str]:
+def create_views(con: duckdb.DuckDBPyConnection, only: Collection[str] | None = None) -> list[str]:
     """Create every view, each after the views it reads (a view whose dependencies do not exist yet is retried
-    after the others).
+    after the others). ``only``: those views and the views they read, but for views and tables ``con`` has already
+    (for a connection that holds some tables only, or results computed outside SQL).
 
     DuckDB binds a view when it is created, expanding every view it reads, so creating a deep chain of views one
     over the other costs far more than each view's own SQL (seconds for the analysis views). Each view is therefore
@@ -57,6 +59,18 @@ def create_views(con: duckdb.DuckDBPyConnection) -> list[str]:
     with its real definition, bound against those stand-ins again (one level deep), and the stand-ins are dropped.
     """
     pending = _in_dependency_order([(n.removesuffix(".sql"), sql.strip().rstrip(";")) for n, sql in query_files()])
+    if only is not None:
+        have = {r[0] for r in con.sql("SELECT table_name FROM duckdb_tables() UNION ALL "
+                                      "SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()}
+        wanted, todo = set(), [v for v in only if v not in have]
+        sqls = dict(pending)
+        while todo:
+            view = todo.pop()
+            if view in wanted or view in have:
+                continue
+            wanted.add(view)
+            todo += [w for w in _names(sqls[view]) if w in sqls and w != view]
+        pending = [(v, s) for v, s in pending if v in wanted]
     created: list[tuple[str, str]] = []
     try:
         while pending:
@@ -85,8 +99,7 @@ def _in_dependency_order(views: list[tuple[str, str]]) -> list[tuple[str, str]]:
     string counts too: a needless edge only moves a view later); a circle is broken in the given order (its views are
     then created by the retries of :func:`create_views`, or fail, named)."""
     names = {name for name, _ in views}
-    needs = {name: {w for w in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", re.sub(r"--[^\n]*", "", sql))
-                    if w in names and w != name} for name, sql in views}
+    needs = {name: {w for w in _names(sql) if w in names and w != name} for name, sql in views}
     ordered: list[tuple[str, str]] = []
     done: set[str] = set()
     todo = list(views)
@@ -97,6 +110,11 @@ def _in_dependency_order(views: list[tuple[str, str]]) -> list[tuple[str, str]]:
             done.add(n)
         todo = [(n, s) for n, s in todo if n not in done]
     return ordered
+
+
+def _names(sql: str) -> set[str]:
+    """The identifiers of ``sql`` outside comments (view names among them)."""
+    return set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", re.sub(r"--[^\n]*", "", sql)))
 
 
 # DuckDB expands a view at every reference, so a chain of views that each read the one before recomputes the whole

@@ -100,3 +100,39 @@ def render_attribution(result, fmt: str, limit: int = 25) -> str:
     for note in result.notes:
         console.print(f"note: {note}", markup=False)
     return buf.getvalue()
+
+
+def render_overlap(table: pa.Table, fmt: str) -> str:
+    """``traceql overlap``'s rows, each run named by its trace's file name."""
+    if fmt == "json":
+        return json.dumps(table.to_pylist(), indent=1) + "\n"
+    if fmt == "csv":
+        sink = pa.BufferOutputStream()
+        pacsv.write_csv(table, sink)
+        return sink.getvalue().to_pybytes().decode()
+    from rich.console import Console
+    from rich.table import Table
+
+    buf = io.StringIO()
+    console = Console(file=buf, width=max(shutil.get_terminal_size((160, 40)).columns, 100), color_system=None)
+    out = Table(title="per device, first to last kernel (ms; share of the span; compute = non-communication kernels)",
+                title_justify="left")
+    for col in ("run", "device", "span", "compute only", "comm only", "overlap", "idle", "comm overlapped",
+                "kernels compute/comm"):
+        out.add_column(col)
+
+    def part(r: dict, key: str) -> str:
+        return f"{r[key] / 1e6:.1f} ({r[key] / r['span_ns']:.0%})" if r["span_ns"] else f"{r[key] / 1e6:.1f}"
+
+    rows = table.to_pylist()
+    names = {r["run_id"]: (r["source_path"] or r["run_id"]).rsplit("/", 1)[-1] for r in rows}
+    for r in rows:
+        name = names[r["run_id"]]
+        if list(names.values()).count(name) > 1:
+            name += f" ({r['run_id'][:8]})"
+        out.add_row(name, str(r["device_id"]), f"{r['span_ns'] / 1e6:.1f}",
+                    part(r, "compute_only_ns"), part(r, "comm_only_ns"), part(r, "overlap_ns"), part(r, "idle_ns"),
+                    "-" if r["comm_overlapped"] is None else f"{r['comm_overlapped']:.1%}",
+                    f"{r['compute_kernels']}/{r['comm_kernels']}")
+    console.print(out, markup=False)
+    return buf.getvalue()

@@ -144,6 +144,18 @@ def _overlaps(con: duckdb.DuckDBPyConnection) -> None:
     _publish(con, "_device_unions", [unions[k] for k, _ in done], UNIONS_SCHEMA)
 
 
+def device_unions(con: duckdb.DuckDBPyConnection) -> None:
+    """``_device_unions`` alone, from ``_union_intervals`` (the overlap numbers of ``traceql overlap``): no activity
+    rows, no per-activity integrals."""
+    def work(key, a):
+        res = sweeps.unions(a["start_ns"], a["end_ns"], a["cls"])
+        return pa.table([*_run_col(key, 1), *(pa.array([v], pa.int64()) for v in res.values())],
+                        names=UNIONS_SCHEMA.names)
+
+    sql = "SELECT run_id, device_id, start_ns, end_ns, cls FROM _union_intervals"
+    _publish(con, "_device_unions", [t for _, t in _map(_grouped(con, sql), work)], UNIONS_SCHEMA)
+
+
 METRICS_SCHEMA = pa.schema([("run_id", pa.string()), ("device_id", pa.int32()), ("activity_id", pa.int64()),
                             ("samples", pa.int64()), *((m, pa.float64()) for m in METRICS)])
 

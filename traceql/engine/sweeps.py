@@ -73,6 +73,16 @@ class Boundaries:
         return self.over(self.prefix(self.level(weight, mask)))
 
 
+def unions(start: np.ndarray, end: np.ndarray, cls: np.ndarray) -> dict[str, int]:
+    """A device's unions alone (``overlap``'s totals, without the per-activity integrals): time with compute
+    running, with communication running, and with both (ns)."""
+    b = Boundaries.of(start, end)
+    seg = b.seg
+    comm, compute = b.level(mask=cls == COMM) > 0, b.level(mask=cls == COMPUTE) > 0
+    return {"compute_ns": int(seg[compute].sum()), "comm_ns": int(seg[comm].sum()),
+            "overlap_ns": int(seg[comm & compute].sum())}
+
+
 @dataclass(frozen=True)
 class DeviceOverlap:
     per_activity: dict[str, np.ndarray]  # in input order

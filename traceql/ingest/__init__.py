@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
+import shutil
+import tempfile
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import Future
 from pathlib import Path
 
@@ -19,7 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .. import duck, store
-from ..errors import BadInputError, MissingInputError, TraceqlError, check_on_error
+from ..errors import BadInputError, MissingInputError, TraceqlError, UsageError, check_on_error
 from ..executor import Executor, run_units
 from ..executor import parse as parse_executor
 from ..sources import urls
@@ -32,6 +35,9 @@ from ..store.writer import KERNEL_ORDER, RunInfo, finish_run, write_streamed
 from ..version import __version__
 
 EVENT_TABLES = ("kernels", "memcpy", "memset", "nvtx", "runtime_api", "gpu_metrics")
+# tables a lazy ingest leaves in the export until a query needs them (store.connect reads them then): the largest
+# ones, which the overlap of kernels does not read
+DEFERRABLE = ("runtime_api", "nvtx", "gpu_metrics")
 
 
 def _resolve_input(path: Path) -> tuple[Path, str]:
@@ -55,10 +61,12 @@ def _resolve_input(path: Path) -> tuple[Path, str]:
 
 def ingest_one(trace: str | Path, out: str | Path, *, require_kernels: bool = True,
                labels: dict[str, str] | None = None, power_file: str | Path | None = None,
-               index: bool = True, source: str | None = None) -> RunInfo:
+               index: bool = True, source: str | None = None, defer: Collection[str] = ()) -> RunInfo:
     """Ingest one trace into the run directory ``out``. ``index=False`` leaves the manifest to the caller (a worker
     of a distributed ingest writes only its run's own files). ``source``: what the run records as its source (the URL
-    a local copy was fetched from); by default the trace's resolved path."""
+    a local copy was fetched from); by default the trace's resolved path. ``defer``: tables of :data:`DEFERRABLE`
+    left in the export, read when a query needs them (:func:`complete_run`); only where the export stays (a trace
+    given as .xz is decompressed for the ingest alone, so all of it is read at once)."""
     from .ncu import ingest_ncu_report, is_ncu_report
 
     if is_ncu_report(trace):  # Nsight Compute: its own reader, the same run store
@@ -80,7 +88,8 @@ def ingest_one(trace: str | Path, out: str | Path, *, require_kernels: bool = Tr
             export = path
         try:
             info = _write_run(trace, export, fmt, ident, tmp, require_kernels, labels or {},
-                              Path(power_file) if power_file else None, source)
+                              Path(power_file) if power_file else None, source,
+                              defer=() if export.parent == tmp else defer)
         except _Ingested as done:
             return done.info
         except TraceqlError as exc:  # name the user's file, not the export traceql made of it
@@ -92,6 +101,40 @@ def ingest_one(trace: str | Path, out: str | Path, *, require_kernels: bool = Tr
             export.unlink()
         info.already = not store.publish_run(out, tmp, info.run_id, info.manifest_entry(), index=index)
     return info
+
+
+def read_intervals(trace: str | Path) -> tuple[RunInfo, dict[str, pa.Table]]:
+    """The least of a trace that interval unions read, screened as ingest screens it, without a run directory:
+    its run (id and source, as ingest would record them) and tables ``kernels`` (device, times, kind and ids) and
+    ``memcpy`` (device, times, is_peer and ids), each row tagged with the run id. For ``traceql overlap``."""
+    trace = Path(trace)
+    path, fmt = _resolve_input(trace)
+    if fmt == "nsys-ncu":
+        raise BadInputError(f"{trace}: an Nsight Compute report has no timeline; give an Nsight Systems trace")
+    with tempfile.TemporaryDirectory(prefix="traceql-read-") as tmp:
+        ident = _Identity(path, Path(tmp) / "none")
+        export = export_report(path, ident.digest) if fmt == "nsys-rep" else \
+            decompress(path, Path(tmp) / "export.sqlite") if path.suffix in DECOMPRESSORS else path
+        source = open_source(export)
+        con = duck.connect()
+        try:
+            adapter = adapter_for(source, con)
+            data = {"kernels": adapter.kernel_intervals(), "memcpy": adapter.copy_intervals()}
+        finally:
+            con.close()
+            source.close()
+        info = RunInfo(ident.digest[:16], str(trace.resolve()), ident.digest, fmt)
+    for table, rows in data.items():
+        rows, dropped = screen.screen(table, rows if rows is not None else _no_intervals(table))
+        info.repairs.update(dropped)
+        data[table] = _with_run_id(rows, info.run_id)
+    return info, data
+
+
+def _no_intervals(table: str) -> pa.Table:
+    cols = ["global_pid", "device_id", "correlation_id", "start_ns", "end_ns", "kind" if table == "kernels" else
+            "is_peer"]
+    return schema.empty(table).select(cols)
 
 
 class _Ingested(Exception):  # noqa: N818 (control flow, not an error)
@@ -143,6 +186,40 @@ class _Identity:
         return self.digest[:16]
 
 
+def _write_table(table: str, data: pa.Table | None, run_id: str, folder: Path, trace: Path) \
+        -> tuple[int, dict[str, int]]:
+    """Screen ``data`` (odd rows dropped and counted), put it in the store's order and write ``folder/TABLE.parquet``;
+    the rows written, and the rows dropped by reason."""
+    data = schema.empty(table).drop(["run_id"]) if data is None else data
+    data, dropped = screen.screen(table, data)
+    if table == "kernels":
+        data = data.sort_by(KERNEL_ORDER)
+    try:
+        if any(pa.types.is_dictionary(t) for t in data.schema.types):  # names once per distinct string
+            rows = schema.conform(table, _with_run_id(data, ""), dictionaries=True).drop(["run_id"])
+            write_streamed(table, rows.to_batches(), run_id, folder / f"{table}.parquet")
+        else:
+            schema.write(table, _with_run_id(data, run_id), folder / f"{table}.parquet")
+    except (pa.ArrowException, ValueError) as exc:  # values nsys does not write, e.g. fractional times
+        raise BadInputError(f"{trace}: its {table} do not fit traceql's schema ({exc}); the export holds "
+                            "values nsys does not write: export it again from the .nsys-rep") from exc
+    return data.num_rows, dropped
+
+
+def _exists(adapter, table: str) -> bool:
+    """Whether the export holds the raw table that ``table`` is read from (else there is nothing to defer)."""
+    raw = {"runtime_api": "CUPTI_ACTIVITY_KIND_RUNTIME", "nvtx": "NVTX_EVENTS", "gpu_metrics": "GPU_METRICS"}[table]
+    return adapter.has(raw)
+
+
+def _stamp(export: Path) -> dict[str, int]:
+    """What tells a changed export from the one ingested: bytes and last modification (of each file of a
+    Parquet export directory)."""
+    files = sorted(export.glob("*.parquet")) if export.is_dir() else [export]
+    stats = [f.stat() for f in files]
+    return {"bytes": sum(s.st_size for s in stats), "mtime_ns": max((s.st_mtime_ns for s in stats), default=0)}
+
+
 def _with_run_id(data: pa.Table, run_id: str) -> pa.Table:
     return data.append_column("run_id", pa.repeat(pa.scalar(run_id, pa.string()), data.num_rows))
 
@@ -165,7 +242,7 @@ def _power(power_file: Path, devices: pa.Table | None, session_start: int | None
 
 def _write_run(trace: Path, export: Path, fmt: str, ident: _Identity, tmp: Path,
                require_kernels: bool, labels: dict[str, str], power_file: Path | None = None,
-               source_name: str | None = None) -> RunInfo:
+               source_name: str | None = None, defer: Collection[str] = ()) -> RunInfo:
     source = open_source(export)
     con = duck.connect()
     con.execute("SET threads TO 2")
@@ -178,21 +255,8 @@ def _write_run(trace: Path, export: Path, fmt: str, ident: _Identity, tmp: Path,
         def put(table: str, data: pa.Table | None) -> None:
             if not info.run_id:
                 info.run_id, info.sha256 = ident.claim(), ident.digest
-            data = schema.empty(table).drop(["run_id"]) if data is None else data
-            data, dropped = screen.screen(table, data)
-            if table == "kernels":
-                data = data.sort_by(KERNEL_ORDER)
+            info.tables[table], dropped = _write_table(table, data, info.run_id, tmp, trace)
             info.repairs.update(dropped)
-            try:
-                if any(pa.types.is_dictionary(t) for t in data.schema.types):  # names once per distinct string
-                    rows = schema.conform(table, _with_run_id(data, ""), dictionaries=True).drop(["run_id"])
-                    write_streamed(table, rows.to_batches(), info.run_id, tmp / f"{table}.parquet")
-                else:
-                    schema.write(table, _with_run_id(data, info.run_id), tmp / f"{table}.parquet")
-            except (pa.ArrowException, ValueError) as exc:  # values nsys does not write, e.g. fractional times
-                raise BadInputError(f"{trace}: its {table} do not fit traceql's schema ({exc}); the export holds "
-                                    "values nsys does not write: export it again from the .nsys-rep") from exc
-            info.tables[table] = data.num_rows
 
         start = None
         if "TARGET_INFO_SESSION_START_TIME" in source.tables():
@@ -205,17 +269,22 @@ def _write_run(trace: Path, export: Path, fmt: str, ident: _Identity, tmp: Path,
         for table, data in first.items():  # the input's hash is computed while these are read
             put(table, data)
         del first
+        info.deferred = [t for t in DEFERRABLE if t in defer and _exists(adapter, t)]
         for table in ("memcpy", "memset", "nvtx", "runtime_api"):
-            put(table, getattr(adapter, table)())
+            if table not in info.deferred:
+                put(table, getattr(adapter, table)())
         for table in ("ncu_metrics", "ncu_kernels"):  # Nsight Compute's tables: empty in an nsys run
             put(table, None)
-        info.tables["gpu_metrics"] = write_streamed("gpu_metrics", adapter.gpu_metrics(), info.run_id,
-                                                     tmp / "gpu_metrics.parquet")
-        info.repairs.update(adapter.dropped_samples())
+        if "gpu_metrics" not in info.deferred:
+            info.tables["gpu_metrics"] = write_streamed("gpu_metrics", adapter.gpu_metrics(), info.run_id,
+                                                         tmp / "gpu_metrics.parquet")
+            info.repairs.update(adapter.dropped_samples())
+        if info.deferred:
+            info.export = {"path": str(export.resolve()), **_stamp(export)}
         if info.repairs:
             info.warnings.append(f"{trace}: dropped {screen.describe(info.repairs)} (counted in the runs table's "
                                  "repairs column)")
-        if not any(info.tables[t] for t in EVENT_TABLES):
+        if not info.deferred and not any(info.tables.get(t) for t in EVENT_TABLES):
             raise BadInputError(f"{trace}: the trace holds no events (no kernels, copies, NVTX ranges, API calls "
                                 "or GPU metrics); was the program's work inside the collection range?")
         if require_kernels and info.tables["kernels"] == 0:
@@ -245,7 +314,7 @@ def _write_run(trace: Path, export: Path, fmt: str, ident: _Identity, tmp: Path,
 def ingest(traces: Sequence[str | Path] | str | Path, out: str | Path, *, require_kernels: bool = True,
            labels: dict[str, str] | None = None, jobs: int = 1, on_error: str = "raise",
            progress: Callable[[RunInfo | Exception, Path | str], None] | None = None,
-           executor: str | Executor | None = None) -> list[RunInfo]:
+           executor: str | Executor | None = None, defer: Collection[str] = ()) -> list[RunInfo]:
     """Ingest each trace into the run directory ``out``; return one RunInfo per trace, in the order given.
 
     Each trace (one rank file, say) is one unit of work of ``executor`` (:mod:`traceql.executor`: ``local``,
@@ -255,7 +324,8 @@ def ingest(traces: Sequence[str | Path] | str | Path, out: str | Path, *, requir
     trace and reports each one through ``progress`` (as it completes, like every result). A trace may be a URL
     (``file://``, or any fsspec protocol, copied where its unit runs: :mod:`traceql.sources.urls`); so may ``out``: each
     unit writes its run locally, then uploads it (``run.json`` last), and the index is written here, once the units
-    are done (:mod:`traceql.store.remote`).
+    are done (:mod:`traceql.store.remote`). ``defer``: tables of :data:`DEFERRABLE` left in each export until a query
+    needs them (a lazy ingest: :func:`complete_run`); not for a store at a URL, nor traces at URLs (their copies go).
     """
     if isinstance(traces, str | Path):
         traces = [traces]
@@ -277,7 +347,10 @@ def ingest(traces: Sequence[str | Path] | str | Path, out: str | Path, *, requir
         if not to_url:
             out = out.resolve()
             store.reindex(out)  # the store exists (a readable, empty index) before the first run arrives
-    kwargs = dict(require_kernels=require_kernels, labels=labels, index=not ex.distributed and not to_url)
+    if unknown := set(defer) - set(DEFERRABLE):
+        raise UsageError(f"cannot defer {', '.join(sorted(unknown))}: only {', '.join(DEFERRABLE)}")
+    kwargs = dict(require_kernels=require_kernels, labels=labels, index=not ex.distributed and not to_url,
+                  defer=() if to_url else tuple(defer))
     results: dict[int, RunInfo] = {}
     calls = [(t, out, kwargs) for t in paths]
     try:
@@ -313,6 +386,74 @@ def _ingest_unit(trace: Path | str, out: Path, kwargs: dict) -> RunInfo:
     # another protocol: a local copy, where this unit runs
     with urls.fetched(trace, out, store.staging_prefix("fetch")) as copy:
         try:
-            return ingest_one(copy, out, source=trace, **kwargs)
+            return ingest_one(copy, out, source=trace, **{**kwargs, "defer": ()})
         except TraceqlError as exc:  # name the URL, not the copy
             raise type(exc)(str(exc).replace(str(copy), trace)) from exc
+
+
+def complete_run(root: Path, run_id: str) -> dict:
+    """Read the tables a lazy ingest left in run ``run_id``'s export (:data:`DEFERRABLE`) into its folder; return
+    the run's manifest entry, complete. One process completes a run at a time (the manifest's lock); the files
+    appear whole or not at all, and ``run.json`` is rewritten last, so an interrupted completion is redone."""
+    with store.locked_manifest(root) as manifest:
+        entry = manifest["runs"][run_id]
+        deferred = list(entry.get("deferred") or [])
+        if not deferred:  # another process completed it meanwhile
+            return entry
+        export = Path(entry["export"]["path"])
+        state = "missing" if not export.exists() else \
+            "changed" if _stamp(export) != {k: entry["export"][k] for k in ("bytes", "mtime_ns")} else None
+        if state:
+            raise BadInputError(f"run {run_id} of {root}: its {', '.join(deferred)} were left to be read from the "
+                                f"export {export} when needed (a lazy ingest), and that export is {state} since; "
+                                "ingest the trace again: "
+                                f"`traceql ingest {entry.get('source_path', export)} -o {root}`")
+        folder = store.run_dir(root, run_id)
+        staged: dict[str, Path] = {}
+        source = open_source(export)
+        con = duck.connect()
+        try:
+            adapter = adapter_for(source, con)
+            tables, repairs = {}, {}
+            for table in deferred:
+                part = folder / f"{store.staging_prefix()}{table}"
+                part.mkdir(exist_ok=True)
+                staged[table] = part / f"{table}.parquet"
+                if table == "gpu_metrics":
+                    tables[table] = write_streamed(table, adapter.gpu_metrics(), run_id, staged[table])
+                    repairs.update(adapter.dropped_samples())
+                else:
+                    tables[table], dropped = _write_table(table, getattr(adapter, table)(), run_id, part, export)
+                    repairs.update(dropped)
+        except BaseException:
+            for f in staged.values():
+                shutil.rmtree(f.parent, ignore_errors=True)
+            raise
+        finally:
+            con.close()
+            source.close()
+        for table, f in staged.items():
+            os.replace(f, folder / f"{table}.parquet")
+            f.parent.rmdir()
+        info = store.read_run_info(folder) or dict(entry)
+        info["tables"] = {**info.get("tables", {}), **tables}
+        info["files"] = {**info.get("files", {}), **{t: (folder / f"{t}.parquet").stat().st_size for t in tables}}
+        info["repairs"] = {**info.get("repairs", {}), **repairs}
+        info["deferred"] = []
+        if repairs:  # the runs table counts them too
+            runs = pq.read_table(folder / "runs.parquet")
+            col = schema.TABLES["runs"].field("repairs").type
+            runs = runs.set_column(runs.schema.get_field_index("repairs"), "repairs",
+                                   pa.array([sorted(info["repairs"].items())], col))
+            schema.write("runs", runs, folder / "runs.parquet")
+            info["files"]["runs"] = (folder / "runs.parquet").stat().st_size
+        info.pop("already", None)
+        info.pop("warnings", None)
+        finish = folder / f"{store.staging_prefix()}run.json"
+        finish.write_text(json.dumps(info, indent=2))
+        os.replace(finish, folder / store.RUN_INFO)
+        entry.update({k: info[k] for k in ("tables", "files", "repairs", "deferred")})
+        return entry
+
+
+store.COMPLETE = complete_run  # the store reads deferred tables through this when a query needs them

@@ -407,12 +407,20 @@ def _sql_str(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
 
+# Reads the tables a lazy ingest left in a run's export into the run (root, run_id) -> its manifest entry: set by
+# traceql.ingest, which the store does not import (imports go one way, down)
+COMPLETE: Callable[[Path, str], dict] | None = None
+
+
 def connect(run_dirs: Sequence[str | Path] | str | Path, con: duckdb.DuckDBPyConnection | None = None,
-            *, views: bool = True, run_ids: Collection[str] | None = None) -> duckdb.DuckDBPyConnection:
+            *, views: bool = True, run_ids: Collection[str] | None = None,
+            needs: Collection[str] | None = None) -> duckdb.DuckDBPyConnection:
     """A DuckDB connection with one view per table over all runs in ``run_dirs`` (rows carry run_id).
 
     The analysis views of ``queries/`` are created too (``views=False`` skips them). ``run_ids`` keeps only
-    those runs (reports map over runs one at a time this way).
+    those runs (reports map over runs one at a time this way). A run ingested lazily (``traceql ingest --lazy``)
+    has its deferred tables read from its export first; ``needs`` names the tables the caller reads, so that
+    only those are (the others then read as empty: for callers that know what they query).
     """
     if isinstance(run_dirs, str | Path):
         run_dirs = [run_dirs]
@@ -442,6 +450,8 @@ def connect(run_dirs: Sequence[str | Path] | str | Path, con: duckdb.DuckDBPyCon
             owner[rid] = d
             if run_ids is not None and rid not in run_ids:
                 continue
+            if entry.get("deferred") and (needs is None or set(entry["deferred"]) & set(needs)):
+                entry = _complete(d, rid)
             for table, f, complete in _run_files(d, rid, entry):
                 files[table].append(f)
                 if not complete:
@@ -474,6 +484,13 @@ def connect(run_dirs: Sequence[str | Path] | str | Path, con: duckdb.DuckDBPyCon
         else:  # every file has every column (ingest writes them all, migrate adds the later ones): no footer is read
             con.execute(f'CREATE OR REPLACE VIEW "{table}" AS SELECT * FROM read_parquet({sources})')
     return con
+
+
+def _complete(root: Path, run_id: str) -> dict:
+    if COMPLETE is None:
+        raise BadInputError(f"run {run_id} of {root} was ingested lazily; read the rest of it with traceql "
+                            f"(`traceql sql {root} 'SELECT 1'`)")
+    return COMPLETE(root, run_id)
 
 
 def _run_files(root: Path, run_id: str, entry: dict) -> Iterator[tuple[str, Path, bool]]:

@@ -24,6 +24,9 @@ class RunInfo:
     repairs: dict[str, int] = field(default_factory=dict)  # odd rows dropped at ingest, by table.reason (screen.py)
     labels: dict[str, str] = field(default_factory=dict)
     files: dict[str, int] = field(default_factory=dict)  # bytes of each table's file, as written
+    # tables left to be read from the export when a query needs them (a lazy ingest), and that export's stamp
+    deferred: list[str] = field(default_factory=list)
+    export: dict = field(default_factory=dict)  # path, bytes, mtime_ns
 
     def manifest_entry(self) -> dict:
         """What the run store's manifest records of the run."""

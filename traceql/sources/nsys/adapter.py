@@ -187,6 +187,32 @@ class Adapter:
             "static_smem_bytes": r["staticSharedMemory"], "dynamic_smem_bytes": r["dynamicSharedMemory"],
             "regs_per_thread": r["registersPerThread"], **classes})
 
+    @_reads("CUPTI_ACTIVITY_KIND_KERNEL", "StringIds", "TARGET_INFO_CUDA_DEVICE")
+    def kernel_intervals(self) -> pa.Table | None:
+        """What unions of kernels read, and no more: each kernel's device, times and kind (classified from its
+        name), with the ids that tell a duplicated record; the same rows and values as :meth:`kernels`."""
+        table = "CUPTI_ACTIVITY_KIND_KERNEL"
+        if not self.has(table):
+            return None
+        r = self._scan(table, ["start", "end", "deviceId", "globalPid", "correlationId", "demangledName"],
+                       required=["start", "end", "deviceId", "demangledName"], what="kernels")
+        return pa.table({"global_pid": r["globalPid"], "device_id": self._physical(r["globalPid"], r["deviceId"]),
+                         "correlation_id": r["correlationId"], "start_ns": r["start"], "end_ns": r["end"],
+                         "kind": self._names(r["demangledName"]).classes(r["demangledName"])["kind"]})
+
+    @_reads("CUPTI_ACTIVITY_KIND_MEMCPY", "TARGET_INFO_CUDA_DEVICE")
+    def copy_intervals(self) -> pa.Table | None:
+        """Each copy's device, times and whether it is peer-to-peer; the same rows and values as :meth:`memcpy`."""
+        table = "CUPTI_ACTIVITY_KIND_MEMCPY"
+        if not self.has(table):
+            return None
+        r = self._scan(table, ["start", "end", "deviceId", "globalPid", "correlationId", "copyKind"],
+                       required=["start", "end", "deviceId", "copyKind"], what="copies")
+        peer = next(k for k, v in COPY_KINDS.items() if v == "PtoP")
+        return pa.table({"global_pid": r["globalPid"], "device_id": self._physical(r["globalPid"], r["deviceId"]),
+                         "correlation_id": r["correlationId"], "start_ns": r["start"], "end_ns": r["end"],
+                         "is_peer": pc.fill_null(pc.equal(r["copyKind"], peer), False)})
+
     def _scan(self, table: str, wanted: list[str], required: list[str], what: str) -> dict[str, pa.Array]:
         """The ``wanted`` columns of ``table`` as whole int64 arrays (NULL where the export lacks the column)."""
         present = set(self.source.columns(table))
