@@ -1,0 +1,5 @@
+"""``python -m traceql``: the command line."""
+
+from .cli import main
+
+main()
