@@ -19,9 +19,9 @@ LAYERS: list[tuple[str, ...]] = [
     ("store",),
     ("engine", "ingest"),
     ("analysis", "baselines", "attribution", "attribute_map", "attribute", "diff_model", "diff_match", "diff",
-     "paper"),
+     "paper", "overlap"),
     ("report", "render", "render_diff", "sqlcmd", "collect"),
-    ("cli", "__init__"),
+    ("cli", "__init__", "__main__"),
 ]
 
 

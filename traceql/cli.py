@@ -123,8 +123,12 @@ def ingest(
     jobs: Annotated[int, typer.Option("-j", "--jobs", help="Traces ingested in parallel (--executor local:N).")] = 1,
     on_error: OnError = OnErrorChoice.raise_,
     executor: ExecutorOpt = None,
+    lazy: Annotated[bool, typer.Option(help="Leave API calls, NVTX ranges and GPU metrics in each export until a "
+                                            "query needs them (the export must stay where it is, unchanged).")]
+    = False,
 ) -> None:
     """Normalize Nsight Systems exports and Nsight Compute reports into a run directory of Parquet tables (v1)."""
+    from .ingest import DEFERRABLE
     from .ingest import ingest as do_ingest
 
     labels = _parse_labels(label)
@@ -147,7 +151,7 @@ def ingest(
                 _say(bar, f"traceql: warning: {warning}")
 
         do_ingest(traces, out, require_kernels=not allow_no_kernels, labels=labels, jobs=jobs,
-                  on_error=on_error.value, progress=progress, executor=executor)
+                  on_error=on_error.value, progress=progress, executor=executor, defer=DEFERRABLE if lazy else ())
     typer.echo(str(out))
     if failed:
         _err(f"{len(failed)} of {len(traces)} trace(s) failed: {', '.join(failed)}")
