@@ -249,8 +249,8 @@ class Adapter:
             self._devmap = (np.array([(p << 32) | c for p, c, _ in rows], np.int64),
                             np.array([d if d is not None else -1 for _, _, d in rows], np.int64))
         keys, gpus = self._devmap
-        if not len(keys) or not len(cuda):
-            return cuda
+        if not len(keys) or not len(cuda) or ((gpus == (keys & 0xFFFFFFFF)) | (gpus < 0)).all():
+            return cuda  # no map, or every process's ordinal is the GPU's index: nothing to look up
         pid = (np.asarray(pc.fill_null(global_pid, 0)) >> 24) & TID_MASK
         ordinal = np.asarray(pc.fill_null(cuda, 0))
         key = (pid << 32) | (ordinal & 0xFFFFFFFF)
