@@ -19,7 +19,7 @@ import duckdb
 import pyarrow as pa
 
 from . import duck, engine, store
-from .attribution import as_store, input_paths
+from .attribution import input_paths
 from .errors import BadInputError
 from .executor import parse as parse_executor
 from .queries_loader import create_views
@@ -37,15 +37,25 @@ def overlap(inputs: Sequence[str | Path] | str | Path, *, workdir: str | Path | 
     for p in paths:
         if not p.exists():
             raise BadInputError(f"{p}: no such file or run directory")
+    from .ingest.ncu import is_ncu_report
+
+    for p in paths:
+        if is_ncu_report(p):
+            raise BadInputError(f"{p}: an Nsight Compute report has no timeline; give an Nsight Systems trace")
     if workdir is None and not any(store.is_store(p) for p in paths):
         return _from_traces(paths)
     with (tempfile.TemporaryDirectory(prefix="traceql-overlap-") if workdir is None
           else contextlib.nullcontext(str(workdir))) as folder:
-        from .ingest import DEFERRABLE
+        from .ingest import DEFERRABLE, ingest
 
-        dirs = as_store(paths, Path(folder), parse_executor(executor), defer=DEFERRABLE)
-        con = store.connect(dirs, needs=NEEDS)
+        dirs = [p for p in paths if store.is_store(p)]
+        runs = {rid for d in dirs for rid in store.read_manifest(d)["runs"]}
+        if raw := [p for p in paths if not store.is_store(p)]:  # the runs of these inputs only, not all of folder's
+            runs |= {info.run_id for info in ingest(raw, folder, executor=parse_executor(executor), defer=DEFERRABLE)}
+            dirs.append(Path(folder))
+        con = store.connect(dirs, needs=NEEDS, run_ids=runs, views=False)
         try:
+            create_views(con, only=["_union_intervals"])
             return device_overlap(con)
         finally:
             con.close()

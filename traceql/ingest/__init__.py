@@ -100,35 +100,61 @@ def ingest_one(trace: str | Path, out: str | Path, *, require_kernels: bool = Tr
         if export.parent == tmp:
             export.unlink()
         info.already = not store.publish_run(out, tmp, info.run_id, info.manifest_entry(), index=index)
+    if index and not info.already:
+        _drop_stale(out, export, info)
     return info
+
+
+def _drop_stale(out: Path, export: Path, info: RunInfo) -> None:
+    """Remove the runs of ``out`` that a lazy ingest left to be completed from ``export``, whose content has changed
+    since (``info``, just ingested from it, has another hash): they can no longer be completed, and would make every
+    query of the store refuse. A note says so."""
+    path = str(export.resolve())
+    with store.locked_manifest(out) as manifest:
+        stale = [rid for rid, e in manifest["runs"].items() if rid != info.run_id and e.get("deferred")
+                 and (e.get("export") or {}).get("path") == path and e.get("sha256") != info.sha256]
+        for rid in stale:
+            shutil.rmtree(store.run_dir(out, rid), ignore_errors=True)
+            del manifest["runs"][rid]
+    for rid in stale:
+        info.warnings.append(f"removed run {rid}: it was ingested lazily from {export}, which has changed since, so "
+                             f"run {info.run_id} replaces it")
 
 
 def read_intervals(trace: str | Path) -> tuple[RunInfo, dict[str, pa.Table]]:
     """The least of a trace that interval unions read, screened as ingest screens it, without a run directory:
     its run (id and source, as ingest would record them) and tables ``kernels`` (device, times, kind and ids) and
     ``memcpy`` (device, times, is_peer and ids), each row tagged with the run id. For ``traceql overlap``."""
+    from .ncu import is_ncu_report
+
     trace = Path(trace)
-    path, fmt = _resolve_input(trace)
-    if fmt == "nsys-ncu":
+    if is_ncu_report(trace):
         raise BadInputError(f"{trace}: an Nsight Compute report has no timeline; give an Nsight Systems trace")
+    path, fmt = _resolve_input(trace)
     with tempfile.TemporaryDirectory(prefix="traceql-read-") as tmp:
         ident = _Identity(path, Path(tmp) / "none")
         export = export_report(path, ident.digest) if fmt == "nsys-rep" else \
             decompress(path, Path(tmp) / "export.sqlite") if path.suffix in DECOMPRESSORS else path
         source = open_source(export)
         con = duck.connect()
+        info = RunInfo("", str(trace.resolve()), "", fmt)
+        data = {}
         try:
             adapter = adapter_for(source, con)
-            data = {"kernels": adapter.kernel_intervals(), "memcpy": adapter.copy_intervals()}
+            for table, few in (("kernels", adapter.kernel_intervals), ("memcpy", adapter.copy_intervals)):
+                rows = few()
+                rows, dropped = screen.screen(table, rows if rows is not None else _no_intervals(table))
+                if f"{table}.duplicate" in dropped:  # alike in these columns: ingest compares them all
+                    every, dropped = screen.screen(table, getattr(adapter, table)())
+                    rows = every.select(rows.column_names)
+                info.repairs.update(dropped)
+                data[table] = rows
         finally:
             con.close()
             source.close()
-        info = RunInfo(ident.digest[:16], str(trace.resolve()), ident.digest, fmt)
-    for table, rows in data.items():
-        rows, dropped = screen.screen(table, rows if rows is not None else _no_intervals(table))
-        info.repairs.update(dropped)
-        data[table] = _with_run_id(rows, info.run_id)
-    return info, data
+        info.sha256 = ident.digest
+        info.run_id = info.sha256[:16]
+    return info, {table: _with_run_id(rows, info.run_id) for table, rows in data.items()}
 
 
 def _no_intervals(table: str) -> pa.Table:
@@ -403,10 +429,12 @@ def complete_run(root: Path, run_id: str) -> dict:
         export = Path(entry["export"]["path"])
         state = "missing" if not export.exists() else \
             "changed" if _stamp(export) != {k: entry["export"][k] for k in ("bytes", "mtime_ns")} else None
+        if state == "changed" and export.is_file() and sha256_of(export) == entry.get("sha256"):
+            state = None  # touched or copied, not changed: the same bytes as ingested
         if state:
             raise BadInputError(f"run {run_id} of {root}: its {', '.join(deferred)} were left to be read from the "
                                 f"export {export} when needed (a lazy ingest), and that export is {state} since; "
-                                "ingest the trace again: "
+                                "ingest the trace again (the new run replaces this one): "
                                 f"`traceql ingest {entry.get('source_path', export)} -o {root}`")
         folder = store.run_dir(root, run_id)
         staged: dict[str, Path] = {}
