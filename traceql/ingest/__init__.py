@@ -19,6 +19,7 @@ from concurrent.futures import Future
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .. import duck, store
@@ -31,7 +32,7 @@ from ..sources.nsys.adapter import adapter_for
 from ..sources.nsys.locate import export_report
 from ..sources.nsys.source import open_source
 from ..store import remote, schema, screen
-from ..store.writer import KERNEL_ORDER, RunInfo, finish_run, write_streamed
+from ..store.writer import ORDERS, ROW_GROUP, RunInfo, finish_run, write_streamed
 from ..version import __version__
 
 EVENT_TABLES = ("kernels", "memcpy", "memset", "nvtx", "runtime_api", "gpu_metrics")
@@ -218,13 +219,16 @@ def _write_table(table: str, data: pa.Table | None, run_id: str, folder: Path, t
     the rows written, and the rows dropped by reason."""
     data = schema.empty(table).drop(["run_id"]) if data is None else data
     data, dropped = screen.screen(table, data)
-    if table == "kernels":
-        data = data.sort_by(KERNEL_ORDER)
+    order = pc.sort_indices(data, ORDERS[table]) if table in ORDERS else None
     try:
         if any(pa.types.is_dictionary(t) for t in data.schema.types):  # names once per distinct string
             rows = schema.conform(table, _with_run_id(data, ""), dictionaries=True).drop(["run_id"])
-            write_streamed(table, rows.to_batches(), run_id, folder / f"{table}.parquet")
+            # sorted a row group at a time: a sorted copy of the whole table would cost its memory again
+            batches = rows.to_batches() if order is None else \
+                (b for i in range(0, rows.num_rows, ROW_GROUP) for b in rows.take(order[i:i + ROW_GROUP]).to_batches())
+            write_streamed(table, batches, run_id, folder / f"{table}.parquet")
         else:
+            data = data if order is None else data.take(order)
             schema.write(table, _with_run_id(data, run_id), folder / f"{table}.parquet")
     except (pa.ArrowException, ValueError) as exc:  # values nsys does not write, e.g. fractional times
         raise BadInputError(f"{trace}: its {table} do not fit traceql's schema ({exc}); the export holds "

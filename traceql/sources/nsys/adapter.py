@@ -355,12 +355,11 @@ class Adapter:
         r = self._scan(table, ["start", "end", "globalTid", "correlationId", "nameId", "returnValue"],
                        required=["start", "end", "globalTid", "nameId"], what="runtime API calls")
         tid = r["globalTid"]
-        data = pa.table({
+        return pa.table({
             "global_pid": pc.shift_left(pc.shift_right(tid, 24), 24), "global_tid": tid,
             "tid": pc.bit_wise_and(tid, TID_MASK), "start_ns": r["start"], "end_ns": r["end"],
             "dur_ns": pc.subtract(r["end"], r["start"]), "name": self._names(r["nameId"]).columns(r["nameId"]),
-            "correlation_id": r["correlationId"], "return_value": r["returnValue"]})
-        return data.take(pc.sort_indices(data, [("global_tid", "ascending"), ("start_ns", "ascending")]))
+            "correlation_id": r["correlationId"], "return_value": r["returnValue"]})  # ordered by the writer
 
     @_reads("GPU_METRICS", "TARGET_INFO_GPU_METRICS")
     def gpu_metrics(self, batch_rows: int = 1 << 18, workers: int | None = None) -> Iterator[pa.RecordBatch] | None:
