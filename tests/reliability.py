@@ -26,7 +26,7 @@ from pathlib import Path
 
 from traceql import store
 
-COMMANDS = ("ingest", "sql", "attribute", "report", "collect")
+COMMANDS = ("ingest", "sql", "attribute", "report", "collect", "overlap")
 TEMP_GLOBS = (".tmp-*", ".manifest-*", ".*.tmp", "*.tmp")
 
 

@@ -1914,6 +1914,88 @@ def _col_timeout(env):
     return _collect_child(env, ["sleep", "120"], "--timeout", "2")
 
 
+# -- overlap: traces it cannot answer from; lazily ingested stores whose export changed --------------------------
+
+def overlap(env: Env, *inputs, watch=()) -> Run:
+    return env.cli("overlap", *inputs, named=[inputs[0]], watch=[*watch, env.tmp])
+
+
+@case("overlap", "a text file named .sqlite", words="not an SQLite file")
+def _ovl_text_file(env):
+    return overlap(env, written(env, "notes.sqlite", b"this is not a database\n" * 50))
+
+
+@case("overlap", "an SQLite database of another program", words="not an Nsight Systems export")
+def _ovl_foreign_sqlite(env):
+    p = env.path("inventory.sqlite")
+    con = sqlite3.connect(p)
+    con.execute("CREATE TABLE parts (id INTEGER, name TEXT)")
+    con.commit()
+    con.close()
+    return overlap(env, p)
+
+
+@case("overlap", "an export cut in half (a copy that did not finish)", words=("truncated", "again"))
+def _ovl_truncated(env):
+    data = env.inputs["contention"].read_bytes()
+    return overlap(env, written(env, "cut.sqlite", data[: len(data) // 2]))
+
+
+@case("overlap", "a path that does not exist", words="no such file")
+def _ovl_missing(env):
+    return overlap(env, env.path("does_not_exist.sqlite"))
+
+
+@case("overlap", "an Nsight Compute report (no timeline)", words=("Nsight Compute", "Nsight Systems trace"))
+def _ovl_ncu_report(env):
+    return overlap(env, env.inputs["ncu_xz"])
+
+
+@case("overlap", "an export without CUDA kernels", words="nsys profile -t cuda")
+def _ovl_no_kernels(env):
+    return overlap(env, copy(env, "cpu_nvtx"))
+
+
+@case("overlap", "an export whose kernels have fractional times", words=("kernels", "export it again"))
+def _ovl_fractional(env):
+    p = edited(env, "frac.sqlite", f'UPDATE {KERNEL} SET "end" = "end" + 0.5', src="contention", rebuild=(KERNEL,))
+    return overlap(env, p)
+
+
+def _lazy_store(env: Env) -> tuple[Path, Path]:
+    """A copy of a real export, ingested lazily (API calls, NVTX, GPU metrics left in it)."""
+    export = copy(env, "contention", "lazy.sqlite")
+    out = env.path("lazy")
+    from traceql.ingest import DEFERRABLE
+    from traceql.ingest import ingest as do_ingest
+
+    do_ingest(export, out, defer=DEFERRABLE)
+    return export, out
+
+
+@case("sql", "a lazily ingested run whose export changed since", words=("changed", "traceql ingest"))
+def _lazy_export_changed(env):
+    export, out = _lazy_store(env)
+    with open(export, "ab") as f:
+        f.write(b"\0")
+    return env.cli("sql", out, "SELECT count(*) FROM runtime_api", named=[export], watch=[out])
+
+
+@case("sql", "a lazily ingested run whose export was deleted", words=("missing", "traceql ingest"))
+def _lazy_export_deleted(env):
+    export, out = _lazy_store(env)
+    export.unlink()
+    return env.cli("sql", out, "SELECT count(*) FROM runtime_api", named=[export], watch=[out])
+
+
+@case("attribute", "a lazily ingested run whose export changed since", words=("changed", "traceql ingest"))
+def _att_lazy_export_changed(env):
+    export, out = _lazy_store(env)
+    with open(export, "ab") as f:
+        f.write(b"\0")
+    return env.cli("attribute", out, named=[export], watch=[out])
+
+
 def test_docs_list_every_case():
     """docs/reliability.md is generated from this suite (benchmarks/reliability_report.py): every case is in it, and
     its counts are this suite's, all clean."""

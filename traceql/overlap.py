@@ -43,7 +43,7 @@ def overlap(inputs: Sequence[str | Path] | str | Path, *, workdir: str | Path | 
         if is_ncu_report(p):
             raise BadInputError(f"{p}: an Nsight Compute report has no timeline; give an Nsight Systems trace")
     if workdir is None and not any(store.is_store(p) for p in paths):
-        return _from_traces(paths)
+        return _checked(_from_traces(paths), paths)
     with (tempfile.TemporaryDirectory(prefix="traceql-overlap-") if workdir is None
           else contextlib.nullcontext(str(workdir))) as folder:
         from .ingest import DEFERRABLE, ingest
@@ -56,7 +56,7 @@ def overlap(inputs: Sequence[str | Path] | str | Path, *, workdir: str | Path | 
         con = store.connect(dirs, needs=NEEDS, run_ids=runs, views=False)
         try:
             create_views(con, only=["_union_intervals"])
-            return device_overlap(con)
+            return _checked(device_overlap(con), paths)
         finally:
             con.close()
 
@@ -68,8 +68,13 @@ def device_overlap(con: duckdb.DuckDBPyConnection) -> pa.Table:
     create_views(con, only=["device_overlap"])  # where con has only the tables the unions read
     table = con.sql("SELECT o.*, r.source_path FROM device_overlap o LEFT JOIN runs r USING (run_id) "
                     "ORDER BY run_id, device_id").to_arrow_table()
+    return table
+
+
+def _checked(table: pa.Table, paths: list[Path]) -> pa.Table:
     if table.num_rows == 0:
-        raise BadInputError("no CUDA kernels in the input; collect with `nsys profile -t cuda` (or `traceql collect`)")
+        raise BadInputError(f"{', '.join(map(str, paths))}: no CUDA kernels in the input; collect with "
+                            "`nsys profile -t cuda` (or `traceql collect`)")
     return table
 
 
