@@ -46,7 +46,9 @@ def finish_run(folder: Path, info: RunInfo) -> None:
 KERNEL_ORDER = [("device_id", "ascending"), ("start_ns", "ascending"), ("end_ns", "ascending"),
                 ("global_pid", "ascending"), ("stream_id", "ascending"), ("correlation_id", "ascending")]
 # the order of each table's file where it has one: API calls by thread and time (stable: ties keep the export's order)
-ORDERS = {"kernels": KERNEL_ORDER, "runtime_api": [("global_tid", "ascending"), ("start_ns", "ascending")]}
+ORDERS = {"kernels": KERNEL_ORDER, "runtime_api": [("global_tid", "ascending"), ("start_ns", "ascending")],
+          "memcpy": [("device_id", "ascending"), ("start_ns", "ascending")],
+          "memset": [("device_id", "ascending"), ("start_ns", "ascending")]}
 
 
 ROW_GROUP = 1 << 18  # rows: a streamed table's row groups hold at least this many (but the last)

@@ -35,6 +35,8 @@ COPY_KINDS = {0: "unknown", 1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA
               8: "DtoD", 9: "HtoH", 10: "PtoP", 11: "UVM_HtoD", 12: "UVM_DtoH", 13: "UVM_DtoD"}
 MEM_KINDS = {0: "pageable", 1: "pinned", 2: "device", 3: "array", 4: "managed", 5: "device_static",
              6: "managed_static", 7: "unknown"}
+# what every kernel, copy and set row has (_activity_columns)
+ACTIVITY_COLUMNS = ["start", "end", "deviceId", "contextId", "streamId", "correlationId", "globalPid", "graphNodeId"]
 NVTX_TYPES = {33: "category", 34: "mark", 59: "push_pop", 60: "start_end", 75: "domain_create",
               76: "domain_destroy"}
 
@@ -148,21 +150,6 @@ class Adapter:
         return self.fetch(f"""SELECT r.globalPid AS global_pid, r.pid AS pid, {self.col(p, 'name')}, NULL AS rank
                               FROM {rel} r ORDER BY global_pid""")
 
-    def _activity(self, table: str, extra: list[str]) -> tuple[str, set[str], str]:
-        """Common columns of kernel/memcpy/memset rows, with the physical device resolved."""
-        rel, p = self.load(table, ["start", "end", "deviceId", "contextId", "streamId", "correlationId",
-                                   "globalPid", "graphNodeId", *extra])
-        dmap = self._device_map()
-        c = self.col
-        common = f"""
-            r.globalPid AS global_pid, COALESCE(dm.device_id, r.deviceId)::INT AS device_id,
-            r.deviceId AS cuda_device, {c(p, 'contextId', 'context_id')}, {c(p, 'streamId', 'stream_id')},
-            {c(p, 'correlationId', 'correlation_id')}, r.start AS start_ns, r."end" AS end_ns,
-            r."end" - r.start AS dur_ns, {c(p, 'graphNodeId', 'graph_node_id')}"""
-        joins = f"""FROM {rel} r LEFT JOIN {dmap} dm
-                    ON dm.pid = (r.globalPid >> 24) & {TID_MASK} AND dm.cuda_device = r.deviceId"""
-        return common, p, joins
-
     @_reads("CUPTI_ACTIVITY_KIND_KERNEL", "StringIds", "TARGET_INFO_CUDA_DEVICE")
     def kernels(self) -> pa.Table | None:
         """Read column by column (no join in DuckDB): names and classes come dictionary-encoded, one string per
@@ -170,8 +157,7 @@ class Adapter:
         table = "CUPTI_ACTIVITY_KIND_KERNEL"
         if not self.has(table):
             return None
-        r = self._scan(table, ["start", "end", "deviceId", "contextId", "streamId", "correlationId", "globalPid",
-                               "graphNodeId", "demangledName", "shortName", "gridX", "gridY", "gridZ", "blockX",
+        r = self._scan(table, [*ACTIVITY_COLUMNS, "demangledName", "shortName", "gridX", "gridY", "gridZ", "blockX",
                                "blockY", "blockZ", "staticSharedMemory", "dynamicSharedMemory",
                                "registersPerThread"],
                        required=["start", "end", "deviceId", "demangledName"], what="kernels")
@@ -275,35 +261,24 @@ class Adapter:
         table = "CUPTI_ACTIVITY_KIND_MEMCPY"
         if not self.has(table):
             return None
-        common, p, joins = self._activity(table, ["bytes", "copyKind", "srcKind", "dstKind", "srcDeviceId",
-                                                  "dstDeviceId"])
-        dmap = self._device_map()
-        return self.fetch(f"""
-            SELECT {common}, r.bytes AS bytes, ck.label AS copy_kind, sk.label AS src_kind, dk.label AS dst_kind,
-                   COALESCE(sdm.device_id, {'r.srcDeviceId' if 'srcDeviceId' in p else 'NULL'})::INT AS src_device_id,
-                   COALESCE(ddm.device_id, {'r.dstDeviceId' if 'dstDeviceId' in p else 'NULL'})::INT AS dst_device_id,
-                   COALESCE(ck.label = 'PtoP', false) AS is_peer
-            {joins}
-            LEFT JOIN {_enum_values(COPY_KINDS)} ck ON ck.id = r.copyKind
-            LEFT JOIN {_enum_values(MEM_KINDS)} sk ON sk.id = {self.ref(p, 'srcKind')}
-            LEFT JOIN {_enum_values(MEM_KINDS)} dk ON dk.id = {self.ref(p, 'dstKind')}
-            LEFT JOIN {dmap} sdm ON sdm.pid = (r.globalPid >> 24) & {TID_MASK}
-                 AND sdm.cuda_device = {self.ref(p, 'srcDeviceId')}
-            LEFT JOIN {dmap} ddm ON ddm.pid = (r.globalPid >> 24) & {TID_MASK}
-                 AND ddm.cuda_device = {self.ref(p, 'dstDeviceId')}
-            ORDER BY device_id, start_ns""")
+        r = self._scan(table, [*ACTIVITY_COLUMNS, "bytes", "copyKind", "srcKind", "dstKind", "srcDeviceId",
+                               "dstDeviceId"], required=["start", "end", "deviceId"], what="copies")
+        kind = _labels(r["copyKind"], COPY_KINDS)
+        return pa.table({**self._activity_columns(r), "bytes": r["bytes"], "copy_kind": kind,
+                         "src_kind": _labels(r["srcKind"], MEM_KINDS), "dst_kind": _labels(r["dstKind"], MEM_KINDS),
+                         "src_device_id": self._physical(r["globalPid"], r["srcDeviceId"]),
+                         "dst_device_id": self._physical(r["globalPid"], r["dstDeviceId"]),
+                         "is_peer": pc.fill_null(pc.equal(kind.cast(pa.string()), "PtoP"), False)})
 
     @_reads("CUPTI_ACTIVITY_KIND_MEMSET", "TARGET_INFO_CUDA_DEVICE")
     def memset(self) -> pa.Table | None:
         table = "CUPTI_ACTIVITY_KIND_MEMSET"
         if not self.has(table):
             return None
-        common, p, joins = self._activity(table, ["bytes", "value", "memKind"])
-        c = self.col
-        return self.fetch(f"""
-            SELECT {common}, r.bytes AS bytes, {c(p, 'value')}, mk.label AS mem_kind
-            {joins} LEFT JOIN {_enum_values(MEM_KINDS)} mk ON mk.id = {self.ref(p, 'memKind')}
-            ORDER BY device_id, start_ns""")
+        r = self._scan(table, [*ACTIVITY_COLUMNS, "bytes", "value", "memKind"], required=["start", "end", "deviceId"],
+                       what="memsets")
+        return pa.table({**self._activity_columns(r), "bytes": r["bytes"], "value": r["value"],
+                         "mem_kind": _labels(r["memKind"], MEM_KINDS)})
 
     @_reads("NVTX_EVENTS", "StringIds")
     def nvtx(self) -> pa.Table | None:
@@ -479,6 +454,16 @@ class _Names:
             out[col] = pa.DictionaryArray.from_arrays(pa.array(np.maximum(row, 0), mask=missing | (row < 0)),
                                                       pa.array(distinct, pa.string()))
         return out
+
+
+def _labels(codes: pa.Array, mapping: dict[int, str]) -> pa.DictionaryArray:
+    """Each code's label (NULL where the code is NULL or not in ``mapping``), dictionary-encoded."""
+    keys = np.array(sorted(mapping), np.int64)
+    raw = np.asarray(pc.fill_null(codes, -1))
+    at = np.minimum(np.searchsorted(keys, raw), len(keys) - 1)
+    found = (keys[at] == raw) & np.asarray(codes.is_valid())
+    return pa.DictionaryArray.from_arrays(pa.array(at.astype(np.int32), mask=~found),
+                                          pa.array([mapping[k] for k in keys.tolist()], pa.string()))
 
 
 def _enum_values(mapping: dict[int, str]) -> str:
