@@ -649,3 +649,19 @@ def test_an_ncu_report_is_refused_by_name():
     with pytest.raises(BadInputError) as exc:
         overlap(trace)
     assert str(trace) in str(exc.value) and "Nsight Compute" in str(exc.value)
+
+
+def test_sql_reads_the_deferred_tables_it_needs_only(lazy):
+    """`traceql sql` over a lazily ingested run reads from the export the tables the query names, itself or through
+    the views it names, and no others."""
+    from traceql.sqlcmd import query
+
+    export, lazy_dir, eager_dir = lazy
+    kernels = query([lazy_dir], "SELECT count(*) AS n FROM kernels").to_pylist()
+    assert kernels == [{"n": _count(eager_dir, "kernels")}]
+    assert _entry(lazy_dir)["deferred"] == list(DEFERRABLE)  # nothing read from the export
+    assert query([lazy_dir], "SELECT count(*) AS n FROM device_overlap").to_pylist()[0]["n"] > 0
+    assert _entry(lazy_dir)["deferred"] == list(DEFERRABLE)
+    calls = query([lazy_dir], "SELECT count(*) AS n FROM Runtime_API").to_pylist()
+    assert calls == [{"n": _count(eager_dir, "runtime_api")}]
+    assert _entry(lazy_dir)["deferred"] == []

@@ -23,7 +23,7 @@ from .analysis import needs_prepare, prepare
 from .errors import BadInputError, Interrupted, UsageError
 from .output import check_target, replacing
 from .queries_loader import query_files
-from .store import connect, lock_files
+from .store import connect, lock_files, schema
 
 FORMATS = ("table", "csv", "json", "parquet")
 INTERRUPT_WAIT_S = 5.0  # after Ctrl-C, how long DuckDB gets to stop before traceql exits anyway
@@ -48,8 +48,9 @@ def query(run_dirs: list[Path], sql: str, *, allow_files: bool = False) -> pa.Ta
         con = duck.connect()
         cons.append(con)
         try:
-            connect(run_dirs, con, views=needs_views(sql))
-            if needs_prepare(sql):  # the views over baselines need them computed first
+            prepared = needs_prepare(sql)
+            connect(run_dirs, con, views=needs_views(sql), needs=None if prepared else needed_tables(sql))
+            if prepared:  # the views over baselines need them computed first
                 prepare(con)
             if not allow_files:
                 lock_files(con)
@@ -73,6 +74,25 @@ def needs_views(sql: str) -> bool:
     does without)."""
     return any(re.search(rf"\b{re.escape(name.removesuffix('.sql'))}\b", sql, re.IGNORECASE)
                for name, _ in query_files())
+
+
+def needed_tables(sql: str) -> set[str]:
+    """The store's tables that ``sql`` reads, itself or through the views of ``queries/`` it names: a lazily ingested
+    run's other tables stay in its export (:func:`traceql.store.connect`'s ``needs``)."""
+    views = {name.removesuffix(".sql"): text for name, text in query_files()}
+
+    def words(text: str) -> set[str]:
+        return {w.lower() for w in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", text)}
+
+    todo, seen, tables = words(sql), set(), set()
+    while todo:
+        name = todo.pop()
+        if name in schema.TABLES:
+            tables.add(name)
+        elif name in views and name not in seen:
+            seen.add(name)
+            todo |= words(re.sub(r"--[^\n]*", "", views[name]))
+    return tables
 
 
 def _interruptible(work: Callable[[], pa.Table], cons: list[duckdb.DuckDBPyConnection]) -> pa.Table:
