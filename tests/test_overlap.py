@@ -665,3 +665,27 @@ def test_sql_reads_the_deferred_tables_it_needs_only(lazy):
     calls = query([lazy_dir], "SELECT count(*) AS n FROM Runtime_API").to_pylist()
     assert calls == [{"n": _count(eager_dir, "runtime_api")}]
     assert _entry(lazy_dir)["deferred"] == []
+
+
+def test_a_completion_that_cannot_write_leaves_the_run_as_it_was(lazy, monkeypatch):
+    """A full disk while the deferred tables are read: refused as bad input naming the run's folder, no partial file
+    left, the run still lazy (the next query tries again)."""
+    import errno
+
+    ingest_module = sys.modules["traceql.ingest"]  # traceql.ingest is also the function
+    export, lazy_dir, _ = lazy
+    entry = _entry(lazy_dir)
+    folder = store.run_dir(lazy_dir, entry["run_id"])
+    before = sorted(p.name for p in folder.iterdir())
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(ingest_module, "write_streamed", full)
+    with pytest.raises(BadInputError, match="cannot write here") as exc:
+        store.connect(lazy_dir)
+    assert str(folder) in str(exc.value) and "free space" in str(exc.value)
+    assert sorted(p.name for p in folder.iterdir()) == before
+    assert _entry(lazy_dir)["deferred"] == list(DEFERRABLE)
+    monkeypatch.undo()
+    assert _count(lazy_dir, "gpu_metrics") > 0

@@ -26,6 +26,7 @@ from .. import duck, store
 from ..errors import BadInputError, MissingInputError, TraceqlError, UsageError, check_on_error
 from ..executor import Executor, run_units
 from ..executor import parse as parse_executor
+from ..output import unwritable
 from ..sources import urls
 from ..sources.inputs import DECOMPRESSORS, decompress, sha256_of
 from ..sources.nsys.adapter import adapter_for
@@ -457,35 +458,46 @@ def complete_run(root: Path, run_id: str) -> dict:
                 else:
                     tables[table], dropped = _write_table(table, getattr(adapter, table)(), run_id, part, export)
                     repairs.update(dropped)
-        except BaseException:
+        except BaseException as exc:
             for f in staged.values():
                 shutil.rmtree(f.parent, ignore_errors=True)
+            if isinstance(exc, OSError) and not isinstance(exc, TraceqlError):  # a full disk, a read-only store
+                raise unwritable(folder, exc) from exc
             raise
         finally:
             con.close()
             source.close()
-        for table, f in staged.items():
-            os.replace(f, folder / f"{table}.parquet")
-            f.parent.rmdir()
-        info = store.read_run_info(folder) or dict(entry)
-        info["tables"] = {**info.get("tables", {}), **tables}
-        info["files"] = {**info.get("files", {}), **{t: (folder / f"{t}.parquet").stat().st_size for t in tables}}
-        info["repairs"] = {**info.get("repairs", {}), **repairs}
-        info["deferred"] = []
-        if repairs:  # the runs table counts them too
-            runs = pq.read_table(folder / "runs.parquet")
-            col = schema.TABLES["runs"].field("repairs").type
-            runs = runs.set_column(runs.schema.get_field_index("repairs"), "repairs",
-                                   pa.array([sorted(info["repairs"].items())], col))
-            schema.write("runs", runs, folder / "runs.parquet")
-            info["files"]["runs"] = (folder / "runs.parquet").stat().st_size
-        info.pop("already", None)
-        info.pop("warnings", None)
-        finish = folder / f"{store.staging_prefix()}run.json"
-        finish.write_text(json.dumps(info, indent=2))
-        os.replace(finish, folder / store.RUN_INFO)
-        entry.update({k: info[k] for k in ("tables", "files", "repairs", "deferred")})
-        return entry
+        try:
+            return _finish_completion(folder, entry, staged, tables, repairs)
+        except OSError as exc:
+            raise unwritable(folder, exc) from exc
+
+
+def _finish_completion(folder: Path, entry: dict, staged: dict[str, Path], tables: dict[str, int],
+                       repairs: dict[str, int]) -> dict:
+    """Put the completed tables in place and record them (run.json last); the manifest entry, updated."""
+    for table, f in staged.items():
+        os.replace(f, folder / f"{table}.parquet")
+        f.parent.rmdir()
+    info = store.read_run_info(folder) or dict(entry)
+    info["tables"] = {**info.get("tables", {}), **tables}
+    info["files"] = {**info.get("files", {}), **{t: (folder / f"{t}.parquet").stat().st_size for t in tables}}
+    info["repairs"] = {**info.get("repairs", {}), **repairs}
+    info["deferred"] = []
+    if repairs:  # the runs table counts them too
+        runs = pq.read_table(folder / "runs.parquet")
+        col = schema.TABLES["runs"].field("repairs").type
+        runs = runs.set_column(runs.schema.get_field_index("repairs"), "repairs",
+                               pa.array([sorted(info["repairs"].items())], col))
+        schema.write("runs", runs, folder / "runs.parquet")
+        info["files"]["runs"] = (folder / "runs.parquet").stat().st_size
+    info.pop("already", None)
+    info.pop("warnings", None)
+    finish = folder / f"{store.staging_prefix()}run.json"
+    finish.write_text(json.dumps(info, indent=2))
+    os.replace(finish, folder / store.RUN_INFO)
+    entry.update({k: info[k] for k in ("tables", "files", "repairs", "deferred")})
+    return entry
 
 
 store.COMPLETE = complete_run  # the store reads deferred tables through this when a query needs them
