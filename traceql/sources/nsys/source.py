@@ -84,6 +84,10 @@ class Source:
         pass
 
 
+def _lenient_text(raw: bytes) -> str:
+    return raw.decode("utf-8", "replace")
+
+
 def _quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
@@ -113,9 +117,12 @@ class SqliteSource(Source):
         check_sqlite_file(path)
         try:
             self._db = sqlite3.connect(f"file:{path.resolve()}?mode=ro", uri=True, check_same_thread=False)
+            # a damaged file's text may not be UTF-8: decoded with replacement, it fails later as bad input, by name
+            self._db.text_factory = _lenient_text
             names = self._db.execute("SELECT name FROM sqlite_master WHERE type IN ('table','view')").fetchall()
-        except sqlite3.DatabaseError as exc:
-            raise BadInputError(f"{path}: cannot read SQLite ({exc}); the file may be damaged, export it again") \
+        except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:  # SQLite's message may quote the damaged bytes
+            reason = "bytes that are not text where text belongs" if isinstance(exc, UnicodeDecodeError) else exc
+            raise BadInputError(f"{path}: cannot read SQLite ({reason}); the file may be damaged, export it again") \
                 from exc
         self._tables = {n for (n,) in names}
         self._adbc: _Adbc | None = None
