@@ -1,10 +1,10 @@
 """``traceql overlap``: per GPU, how long compute and communication ran alone, together and not at all.
 
 The first question about a trace of distributed training, answered from its kernels and peer copies alone. A raw
-trace is ingested lazily: its API calls, NVTX ranges and GPU metrics stay in the export until a query needs them
-(``traceql.ingest``'s ``defer``; ``traceql attribute`` on the same run directory reads them then). The unions are
-exact integer sweeps (:func:`traceql.engine.device_unions`), the result is the ``device_overlap`` view of
-``queries/``.
+trace is read a few columns at a time (:func:`traceql.ingest.read_intervals`: nothing is written); with a folder to
+keep, it is ingested lazily instead: its API calls, NVTX ranges and GPU metrics stay in the export until a query
+needs them (``traceql attribute`` on the same run directory reads them then). The unions are exact integer sweeps
+(:func:`traceql.engine.device_unions`), the result is the ``device_overlap`` view of ``queries/``.
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ from . import duck, engine, store
 from .attribution import input_paths
 from .errors import BadInputError
 from .executor import parse as parse_executor
+from .ingest import DEFERRABLE, ingest, read_intervals
+from .ingest.ncu import is_ncu_report
 from .queries_loader import create_views
 
 # the tables the overlap numbers read: a lazily ingested run's other tables stay in its export
@@ -37,17 +39,12 @@ def overlap(inputs: Sequence[str | Path] | str | Path, *, workdir: str | Path | 
     for p in paths:
         if not p.exists():
             raise BadInputError(f"{p}: no such file or run directory")
-    from .ingest.ncu import is_ncu_report
-
-    for p in paths:
         if is_ncu_report(p):
             raise BadInputError(f"{p}: an Nsight Compute report has no timeline; give an Nsight Systems trace")
     if workdir is None and not any(store.is_store(p) for p in paths):
         return _checked(_from_traces(paths), paths)
     with (tempfile.TemporaryDirectory(prefix="traceql-overlap-") if workdir is None
           else contextlib.nullcontext(str(workdir))) as folder:
-        from .ingest import DEFERRABLE, ingest
-
         dirs = [p for p in paths if store.is_store(p)]
         runs = {rid for d in dirs for rid in store.read_manifest(d)["runs"]}
         if raw := [p for p in paths if not store.is_store(p)]:  # the runs of these inputs only, not all of folder's
@@ -66,9 +63,8 @@ def device_overlap(con: duckdb.DuckDBPyConnection) -> pa.Table:
     engine, with each run's source path."""
     engine.device_unions(con)
     create_views(con, only=["device_overlap"])  # where con has only the tables the unions read
-    table = con.sql("SELECT o.*, r.source_path FROM device_overlap o LEFT JOIN runs r USING (run_id) "
-                    "ORDER BY run_id, device_id").to_arrow_table()
-    return table
+    return con.sql("SELECT o.*, r.source_path FROM device_overlap o LEFT JOIN runs r USING (run_id) "
+                   "ORDER BY run_id, device_id").to_arrow_table()
 
 
 def _checked(table: pa.Table, paths: list[Path]) -> pa.Table:
@@ -81,8 +77,6 @@ def _checked(table: pa.Table, paths: list[Path]) -> pa.Table:
 def _from_traces(paths: list[Path]) -> pa.Table:
     """Traces only, nothing kept: the columns the unions read, straight from each export into DuckDB (the same
     rows, screened alike, as a run directory's; the same views over them)."""
-    from .ingest import read_intervals
-
     runs, tables = [], {"kernels": [], "memcpy": []}
     for p in paths:
         info, data = read_intervals(p)
