@@ -23,7 +23,6 @@ from collections import Counter
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-COMMANDS = ("ingest", "sql", "attribute", "report", "collect")
 
 
 def run_suite(json_path: Path) -> float:
@@ -50,6 +49,8 @@ def _cell(text: str) -> str:
 
 
 def render(results: dict, cases: dict, seconds: float | None) -> str:
+    from reliability import COMMANDS  # the suite's commands, in its order (registered() put tests/ on the path)
+
     per = Counter(c.command for c in cases.values())
     clean = Counter(cases[cid].command for cid, r in results.items() if r["clean"] and cid in cases)
     ran = Counter(cases[cid].command for cid in results if cid in cases)
