@@ -17,6 +17,7 @@ from pathlib import Path
 import duckdb
 import pyarrow.parquet as pq
 import pytest
+from conftest import intervals_intersection, intervals_length, merged_intervals
 
 from traceql import store
 from traceql.attribute import attribute
@@ -102,32 +103,6 @@ def test_alone_groups_are_none(contention):
 
 # -- the overlap trace: device unions against plain Python ---------------------------------------------
 
-def _merge(intervals) -> list[tuple[int, int]]:
-    out: list[list[int]] = []
-    for s, e in sorted(intervals):
-        if out and s <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], e)
-        else:
-            out.append([s, e])
-    return [tuple(x) for x in out]
-
-
-def _length(merged) -> int:
-    return sum(e - s for s, e in merged)
-
-
-def _intersection(a, b) -> int:
-    i = j = total = 0
-    while i < len(a) and j < len(b):
-        lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
-        total += max(0, hi - lo)
-        if a[i][1] < b[j][1]:
-            i += 1
-        else:
-            j += 1
-    return total
-
-
 def _read(run: Path, table: str) -> list[dict]:
     rows = []
     for f in store.run_files(run, table):
@@ -145,10 +120,10 @@ def test_overlap_device_summary_matches_python(overlap_run):
     summary = {r["device_id"]: r for r in attribute(overlap_run).to_json()["summary"] if r["nvtx"] is None}
     assert sorted(summary) == [0, 1]
     for dev, row in summary.items():
-        u_comm, u_comp = _merge(comm[dev]), _merge(comp[dev])
-        both = _intersection(u_comm, u_comp)
-        want = dict(comm_ns=_length(u_comm), compute_ns=_length(u_comp), overlap_ns=both,
-                    exposed_comm_ns=_length(u_comm) - both)
+        u_comm, u_comp = merged_intervals(comm[dev]), merged_intervals(comp[dev])
+        both = intervals_intersection(u_comm, u_comp)
+        want = dict(comm_ns=intervals_length(u_comm), compute_ns=intervals_length(u_comp), overlap_ns=both,
+                    exposed_comm_ns=intervals_length(u_comm) - both)
         assert {k: row[k] for k in want} == want
         assert want["comm_ns"] > 0 and 0 < both < want["comm_ns"]
         assert row["hidden_comm_fraction"] == pytest.approx(both / want["comm_ns"])

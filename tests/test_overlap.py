@@ -17,20 +17,27 @@ The tests at the end were written against bugs of the first version (each failed
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import lzma
 import os
 import shutil
 import sqlite3
 import sys
-import traceback
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from conftest import DATA, H200, NSYS2022, raw_query, run_cli
+from conftest import (
+    DATA,
+    H200,
+    NSYS2022,
+    intervals_intersection,
+    intervals_length,
+    merged_intervals,
+    raw_query,
+    run_cli,
+)
+from conftest import cli_in_process as cli
 
 import traceql
 from traceql import engine, store
@@ -82,32 +89,6 @@ def _writable_copy(src: Path, dest: Path) -> Path:
 
 # -- brute force, from the raw export alone ---------------------------------------------------------------------------
 
-def _merged(intervals: list[tuple[int, int]]) -> list[list[int]]:
-    out: list[list[int]] = []
-    for s, e in sorted(intervals):
-        if out and s <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], e)
-        else:
-            out.append([s, e])
-    return out
-
-
-def _length(merged: list[list[int]]) -> int:
-    return sum(e - s for s, e in merged)
-
-
-def _intersection(a: list[list[int]], b: list[list[int]]) -> int:
-    """The length of the intersection of two merged interval lists (two pointers: another method than the sweep)."""
-    i = j = total = 0
-    while i < len(a) and j < len(b):
-        total += max(0, min(a[i][1], b[j][1]) - max(a[i][0], b[j][0]))
-        if a[i][1] < b[j][1]:
-            i += 1
-        else:
-            j += 1
-    return total
-
-
 def reference(db: Path) -> dict[int, dict[str, int]]:
     """Per physical GPU, the overlap numbers of an nsys SQLite export, from sqlite3 and Python only: kernels are
     communication when ``classify`` says their demangled name is, peer copies (copyKind 10) are communication, every
@@ -141,15 +122,16 @@ def reference(db: Path) -> dict[int, dict[str, int]]:
             by_device.setdefault(d, []).append((activity, cls, s, e))
     out = {}
     for d, acts in sorted(by_device.items()):
-        compute = _merged([(s, e) for _, c, s, e in acts if c == 1])
-        comm = _merged([(s, e) for _, c, s, e in acts if c == 0])
-        both = _length(_merged([(s, e) for _, _, s, e in acts]))
-        overlap_ns = _intersection(compute, comm)
-        assert overlap_ns == _length(compute) + _length(comm) - both  # inclusion-exclusion: the reference itself
+        compute = merged_intervals([(s, e) for _, c, s, e in acts if c == 1])
+        comm = merged_intervals([(s, e) for _, c, s, e in acts if c == 0])
+        both = intervals_length(merged_intervals([(s, e) for _, _, s, e in acts]))
+        overlap_ns = intervals_intersection(compute, comm)
+        # inclusion-exclusion: the reference checks itself
+        assert overlap_ns == intervals_length(compute) + intervals_length(comm) - both
         span = max(e for *_, e in acts) - min(s for _, _, s, _ in acts)
-        out[d] = {"span_ns": span, "compute_only_ns": _length(compute) - overlap_ns,
-                  "comm_only_ns": _length(comm) - overlap_ns, "overlap_ns": overlap_ns, "idle_ns": span - both,
-                  "compute_ns": _length(compute), "comm_ns": _length(comm),
+        out[d] = {"span_ns": span, "compute_only_ns": intervals_length(compute) - overlap_ns,
+                  "comm_only_ns": intervals_length(comm) - overlap_ns, "overlap_ns": overlap_ns, "idle_ns": span - both,
+                  "compute_ns": intervals_length(compute), "comm_ns": intervals_length(comm),
                   "compute_kernels": sum(a == "kernel" and c == 1 for a, c, _, _ in acts),
                   "comm_kernels": sum(a == "kernel" and c == 0 for a, c, _, _ in acts),
                   "peer_copies": sum(a == "memcpy" for a, _, _, _ in acts)}
@@ -548,24 +530,6 @@ def test_only_deferrable_tables_are_deferred(tmp_path, sqlite_export):
 
 # -- the CLI ----------------------------------------------------------------------------------------------------------
 
-def cli(*args) -> tuple[int, str, str]:
-    """``traceql ARGS`` in this process, as the console script runs it (as tests/test_urls.py does): a second
-    less than :func:`conftest.run_cli` each; a traceback is rc 1 with the traceback in stderr."""
-    from traceql import cli as cli_module
-
-    out, err = io.StringIO(), io.StringIO()
-    argv, sys.argv = sys.argv, ["traceql", *map(str, args)]
-    rc = 0
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            cli_module.main()
-    except SystemExit as exc:
-        rc = exc.code if isinstance(exc.code, int) else 0
-    except BaseException:
-        return 1, out.getvalue(), err.getvalue() + traceback.format_exc()
-    finally:
-        sys.argv = argv
-    return rc, out.getvalue(), err.getvalue()
 
 
 def test_cli_prints_a_row_per_device(overlap_sqlite, monkeypatch):

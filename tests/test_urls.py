@@ -9,17 +9,16 @@ re-ingesting writes nothing; bad URLs exit 2 with a message naming them, and loc
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import lzma
 import shutil
 import sys
 import tempfile
-import traceback
 from pathlib import Path
 
 import pytest
 from conftest import H200
+from conftest import cli_in_process as cli
 
 import traceql
 from traceql import store
@@ -31,23 +30,6 @@ MEM = fsspec.filesystem("memory")
 TRACES = (H200 / "contention.sqlite.xz", H200 / "train_ddp.sqlite.xz")
 
 
-def cli(*args) -> tuple[int, str, str]:
-    """``traceql ARGS`` in this process (memory:// is this process's), as the console script runs it."""
-    from traceql import cli as cli_module
-
-    out, err = io.StringIO(), io.StringIO()
-    argv, sys.argv = sys.argv, ["traceql", *map(str, args)]
-    rc = 0
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            cli_module.main()
-    except SystemExit as exc:
-        rc = exc.code if isinstance(exc.code, int) else 0
-    except BaseException:  # what the console script would print as a traceback
-        return 1, out.getvalue(), err.getvalue() + traceback.format_exc()
-    finally:
-        sys.argv = argv
-    return rc, out.getvalue(), err.getvalue()
 
 
 @pytest.fixture
