@@ -69,7 +69,7 @@ def create_views(con: duckdb.DuckDBPyConnection, only: Collection[str] | None = 
             if view in wanted or view in have:
                 continue
             wanted.add(view)
-            todo += [w for w in _names(sqls[view]) if w in sqls and w != view]
+            todo += [w for w in identifiers(sqls[view]) if w in sqls and w != view]
         pending = [(v, s) for v, s in pending if v in wanted]
     created: list[tuple[str, str]] = []
     try:
@@ -99,7 +99,7 @@ def _in_dependency_order(views: list[tuple[str, str]]) -> list[tuple[str, str]]:
     string counts too: a needless edge only moves a view later); a circle is broken in the given order (its views are
     then created by the retries of :func:`create_views`, or fail, named)."""
     names = {name for name, _ in views}
-    needs = {name: {w for w in _names(sql) if w in names and w != name} for name, sql in views}
+    needs = {name: {w for w in identifiers(sql) if w in names and w != name} for name, sql in views}
     ordered: list[tuple[str, str]] = []
     done: set[str] = set()
     todo = list(views)
@@ -112,9 +112,12 @@ def _in_dependency_order(views: list[tuple[str, str]]) -> list[tuple[str, str]]:
     return ordered
 
 
-def _names(sql: str) -> set[str]:
-    """The identifiers of ``sql`` outside comments (view names among them)."""
-    return set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", re.sub(r"--[^\n]*", "", sql)))
+IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def identifiers(sql: str) -> set[str]:
+    """The identifiers of a view's ``sql`` outside comments (view and table names among them), as written."""
+    return set(IDENTIFIER.findall(re.sub(r"--[^\n]*", "", sql)))
 
 
 # DuckDB expands a view at every reference, so a chain of views that each read the one before recomputes the whole

@@ -22,7 +22,7 @@ from . import duck
 from .analysis import needs_prepare, prepare
 from .errors import BadInputError, Interrupted, UsageError
 from .output import check_target, replacing
-from .queries_loader import query_files
+from .queries_loader import IDENTIFIER, identifiers, query_files
 from .store import connect, lock_files, schema
 
 FORMATS = ("table", "csv", "json", "parquet")
@@ -81,17 +81,18 @@ def needed_tables(sql: str) -> set[str]:
     run's other tables stay in its export (:func:`traceql.store.connect`'s ``needs``)."""
     views = {name.removesuffix(".sql"): text for name, text in query_files()}
 
-    def words(text: str) -> set[str]:
-        return {w.lower() for w in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", text)}
+    def words(names: set[str]) -> set[str]:  # SQL names are case-insensitive
+        return {w.lower() for w in names}
 
-    todo, seen, tables = words(sql), set(), set()
+    # the user's SQL whole (a '--' may sit inside a string); the views without their comments
+    todo, seen, tables = words(set(IDENTIFIER.findall(sql))), set(), set()
     while todo:
         name = todo.pop()
         if name in schema.TABLES:
             tables.add(name)
         elif name in views and name not in seen:
             seen.add(name)
-            todo |= words(re.sub(r"--[^\n]*", "", views[name]))
+            todo |= words(identifiers(views[name]))
     return tables
 
 

@@ -237,6 +237,15 @@ def _write_table(table: str, data: pa.Table | None, run_id: str, folder: Path, t
     return data.num_rows, dropped
 
 
+def _read_table(adapter, table: str, run_id: str, folder: Path, trace: Path) -> tuple[int, dict[str, int]]:
+    """Read ``table`` from the export and write ``folder/TABLE.parquet``: GPU metrics streamed (the largest table,
+    never held whole), the others through :func:`_write_table`; the rows written, and the rows dropped by reason."""
+    if table == "gpu_metrics":
+        rows = write_streamed(table, adapter.gpu_metrics(), run_id, folder / f"{table}.parquet")
+        return rows, adapter.dropped_samples()
+    return _write_table(table, getattr(adapter, table)(), run_id, folder, trace)
+
+
 def _exists(adapter, table: str) -> bool:
     """Whether the export holds the raw table that ``table`` is read from (else there is nothing to defer)."""
     raw = {"runtime_api": "CUPTI_ACTIVITY_KIND_RUNTIME", "nvtx": "NVTX_EVENTS", "gpu_metrics": "GPU_METRICS"}[table]
@@ -301,15 +310,12 @@ def _write_run(trace: Path, export: Path, fmt: str, ident: _Identity, tmp: Path,
             put(table, data)
         del first
         info.deferred = [t for t in DEFERRABLE if t in defer and _exists(adapter, t)]
-        for table in ("memcpy", "memset", "nvtx", "runtime_api"):
-            if table not in info.deferred:
-                put(table, getattr(adapter, table)())
         for table in ("ncu_metrics", "ncu_kernels"):  # Nsight Compute's tables: empty in an nsys run
             put(table, None)
-        if "gpu_metrics" not in info.deferred:
-            info.tables["gpu_metrics"] = write_streamed("gpu_metrics", adapter.gpu_metrics(), info.run_id,
-                                                         tmp / "gpu_metrics.parquet")
-            info.repairs.update(adapter.dropped_samples())
+        for table in ("memcpy", "memset", "nvtx", "runtime_api", "gpu_metrics"):
+            if table not in info.deferred:
+                info.tables[table], dropped = _read_table(adapter, table, info.run_id, tmp, trace)
+                info.repairs.update(dropped)
         if info.deferred:
             info.export = {"path": str(export.resolve()), **_stamp(export)}
         if info.repairs:
@@ -452,12 +458,8 @@ def complete_run(root: Path, run_id: str) -> dict:
                 part = folder / f"{store.staging_prefix()}{table}"
                 part.mkdir(exist_ok=True)
                 staged[table] = part / f"{table}.parquet"
-                if table == "gpu_metrics":
-                    tables[table] = write_streamed(table, adapter.gpu_metrics(), run_id, staged[table])
-                    repairs.update(adapter.dropped_samples())
-                else:
-                    tables[table], dropped = _write_table(table, getattr(adapter, table)(), run_id, part, export)
-                    repairs.update(dropped)
+                tables[table], dropped = _read_table(adapter, table, run_id, part, export)
+                repairs.update(dropped)
         except BaseException as exc:
             for f in staged.values():
                 shutil.rmtree(f.parent, ignore_errors=True)

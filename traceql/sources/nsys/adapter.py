@@ -182,8 +182,7 @@ class Adapter:
             return None
         r = self._scan(table, ["start", "end", "deviceId", "globalPid", "correlationId", "demangledName"],
                        required=["start", "end", "deviceId", "demangledName"], what="kernels")
-        return pa.table({"global_pid": r["globalPid"], "device_id": self._physical(r["globalPid"], r["deviceId"]),
-                         "correlation_id": r["correlationId"], "start_ns": r["start"], "end_ns": r["end"],
+        return pa.table({**self._interval_columns(r),
                          "kind": self._names(r["demangledName"]).classes(r["demangledName"])["kind"]})
 
     @_reads("CUPTI_ACTIVITY_KIND_MEMCPY", "TARGET_INFO_CUDA_DEVICE")
@@ -194,10 +193,7 @@ class Adapter:
             return None
         r = self._scan(table, ["start", "end", "deviceId", "globalPid", "correlationId", "copyKind"],
                        required=["start", "end", "deviceId", "copyKind"], what="copies")
-        peer = next(k for k, v in COPY_KINDS.items() if v == "PtoP")
-        return pa.table({"global_pid": r["globalPid"], "device_id": self._physical(r["globalPid"], r["deviceId"]),
-                         "correlation_id": r["correlationId"], "start_ns": r["start"], "end_ns": r["end"],
-                         "is_peer": pc.fill_null(pc.equal(r["copyKind"], peer), False)})
+        return pa.table({**self._interval_columns(r), "is_peer": _is_peer(_labels(r["copyKind"], COPY_KINDS))})
 
     def _scan(self, table: str, wanted: list[str], required: list[str], what: str) -> dict[str, pa.Array]:
         """The ``wanted`` columns of ``table`` as whole int64 arrays (NULL where the export lacks the column)."""
@@ -219,13 +215,19 @@ class Adapter:
                                     "again from the .nsys-rep") from exc
         return out
 
-    def _activity_columns(self, r: dict[str, pa.Array]) -> dict[str, pa.Array]:
-        """Common columns of kernel/memcpy/memset rows, with the physical device resolved: a process's CUDA
-        ordinal mapped to the GPU's index on the host (``TARGET_INFO_CUDA_DEVICE``), the ordinal where unmapped."""
+    def _interval_columns(self, r: dict[str, pa.Array]) -> dict[str, pa.Array]:
+        """What every kernel/memcpy/memset row has, its interval readers too: the launching process, the physical
+        device (a process's CUDA ordinal mapped to the GPU's index on the host, ``TARGET_INFO_CUDA_DEVICE``; the
+        ordinal where unmapped), the correlation id and the times."""
         return {"global_pid": r["globalPid"], "device_id": self._physical(r["globalPid"], r["deviceId"]),
-                "cuda_device": r["deviceId"], "context_id": r["contextId"], "stream_id": r["streamId"],
-                "correlation_id": r["correlationId"], "start_ns": r["start"], "end_ns": r["end"],
-                "dur_ns": pc.subtract(r["end"], r["start"]), "graph_node_id": r["graphNodeId"]}
+                "correlation_id": r["correlationId"], "start_ns": r["start"], "end_ns": r["end"]}
+
+    def _activity_columns(self, r: dict[str, pa.Array]) -> dict[str, pa.Array]:
+        """Common columns of kernel/memcpy/memset rows: :meth:`_interval_columns` and the rest (the writer puts them
+        in the schema's order)."""
+        return {**self._interval_columns(r), "cuda_device": r["deviceId"], "context_id": r["contextId"],
+                "stream_id": r["streamId"], "dur_ns": pc.subtract(r["end"], r["start"]),
+                "graph_node_id": r["graphNodeId"]}
 
     def _physical(self, global_pid: pa.Array, cuda: pa.Array) -> pa.Array:
         if not hasattr(self, "_devmap"):
@@ -268,7 +270,7 @@ class Adapter:
                          "src_kind": _labels(r["srcKind"], MEM_KINDS), "dst_kind": _labels(r["dstKind"], MEM_KINDS),
                          "src_device_id": self._physical(r["globalPid"], r["srcDeviceId"]),
                          "dst_device_id": self._physical(r["globalPid"], r["dstDeviceId"]),
-                         "is_peer": pc.fill_null(pc.equal(kind.cast(pa.string()), "PtoP"), False)})
+                         "is_peer": _is_peer(kind)})
 
     @_reads("CUPTI_ACTIVITY_KIND_MEMSET", "TARGET_INFO_CUDA_DEVICE")
     def memset(self) -> pa.Table | None:
@@ -464,6 +466,11 @@ def _labels(codes: pa.Array, mapping: dict[int, str]) -> pa.DictionaryArray:
     found = (keys[at] == raw) & np.asarray(codes.is_valid())
     return pa.DictionaryArray.from_arrays(pa.array(at.astype(np.int32), mask=~found),
                                           pa.array([mapping[k] for k in keys.tolist()], pa.string()))
+
+
+def _is_peer(copy_kind: pa.DictionaryArray) -> pa.Array:
+    """Peer-to-peer copies: communication between GPUs (an unknown kind is not)."""
+    return pc.fill_null(pc.equal(copy_kind.cast(pa.string()), "PtoP"), False)
 
 
 def _enum_values(mapping: dict[int, str]) -> str:
