@@ -141,6 +141,17 @@ def written(env: Env, name: str, data: bytes) -> Path:
     return p
 
 
+def foreign_sqlite(env: Env) -> Path:
+    """An SQLite database of another program (an inventory of parts)."""
+    p = env.path("inventory.sqlite")
+    con = sqlite3.connect(p)
+    con.execute("CREATE TABLE parts (id INTEGER, name TEXT)")
+    con.execute("INSERT INTO parts VALUES (1, 'bolt')")
+    con.commit()
+    con.close()
+    return p
+
+
 def ingest(env: Env, trace: Path, *extra, words_path: Path | None = None, store: str = "fresh") -> Run:
     """``traceql ingest TRACE -o OUT``: into a fresh folder, or into a copy of a store holding one run."""
     out = env.path("out")
@@ -162,13 +173,7 @@ def _text_file(env):
 
 @case("ingest", "an SQLite database of another program", words="not an Nsight Systems export")
 def _foreign_sqlite(env):
-    p = env.path("inventory.sqlite")
-    con = sqlite3.connect(p)
-    con.execute("CREATE TABLE parts (id INTEGER, name TEXT)")
-    con.execute("INSERT INTO parts VALUES (1, 'bolt')")
-    con.commit()
-    con.close()
-    return ingest(env, p)
+    return ingest(env, foreign_sqlite(env))
 
 
 @case("ingest", "an export cut in half (a copy that did not finish)", words=("truncated", "again"))
@@ -1927,12 +1932,7 @@ def _ovl_text_file(env):
 
 @case("overlap", "an SQLite database of another program", words="not an Nsight Systems export")
 def _ovl_foreign_sqlite(env):
-    p = env.path("inventory.sqlite")
-    con = sqlite3.connect(p)
-    con.execute("CREATE TABLE parts (id INTEGER, name TEXT)")
-    con.commit()
-    con.close()
-    return overlap(env, p)
+    return overlap(env, foreign_sqlite(env))
 
 
 @case("overlap", "an export cut in half (a copy that did not finish)", words=("truncated", "again"))
