@@ -430,3 +430,44 @@ def test_microbench_panels_are_readable_in_chromium(tmp_path):
     overlapping = [(a["text"], b["text"]) for i, a in enumerate(texts) for b in texts[i + 1:]
                    if a["l"] < b["r"] - 1 and b["l"] < a["r"] - 1 and a["t"] < b["b"] - 1 and b["t"] < a["b"] - 1]
     assert not overlapping, overlapping[:5]
+
+
+def test_timeline_specs_are_valid_vega_lite_with_each_runs_own_rows(overlap_report):
+    """The timeline's structure is built once per set of lanes and filled with each run's rows: every filled spec
+    is valid Vega-Lite, carries that run's segments and nothing of another run's."""
+    import altair as alt
+
+    from traceql.report.charts import CHARTS, Spec
+
+    rep, _ = overlap_report
+    timeline = next(s for s in rep.sections if s.section.chart == "timeline")
+    seen = {}
+    for label, tables in timeline.per_run:
+        chart = CHARTS["timeline"].fn(tables, timeline.section.options)
+        assert isinstance(chart, Spec)
+        spec = chart.to_dict()
+        alt.LayerChart.from_dict(spec, validate=True)  # raises on a spec Vega-Lite's schema refuses
+        rows = spec["layer"][0]["data"]["values"]
+        assert len(rows) == min(tables["segments"].num_rows, 20_000) and {r["run"] for r in rows} == {label}
+        lanes = tuple(spec["layer"][0]["encoding"]["y"]["sort"])
+        assert {r["lane"] for r in rows} <= set(lanes)
+        skeleton = json.dumps({**spec, "layer": [{k: v for k, v in layer.items() if k != "data"}
+                                                 for layer in spec["layer"]]}, sort_keys=True)
+        assert seen.setdefault((lanes, len(spec["layer"]), spec["title"]), skeleton) == skeleton
+    assert len(timeline.per_run) > len(seen)  # runs shared a structure (built once)
+
+
+def test_split_by_run_keeps_each_runs_rows_in_order():
+    import numpy as np
+    import pyarrow as pa
+
+    from traceql.report import _split_by_run
+
+    rng = np.random.default_rng(3)
+    ids = [f"{i:016x}" for i in (7, 2, 11, 5)]
+    table = pa.table({"run_id": rng.choice(ids + ["not asked for"], 500), "x": np.arange(500)})
+    parts = _split_by_run(table, ids + ["absent"])
+    for run_id, part in zip(ids + ["absent"], parts, strict=True):
+        want = [x for r, x in zip(table["run_id"].to_pylist(), table["x"].to_pylist(), strict=True) if r == run_id]
+        assert part["x"].to_pylist() == want and set(part["run_id"].to_pylist()) <= {run_id}
+    assert _split_by_run(table, ids[:1])[0] is table  # one run: the table as it is

@@ -312,3 +312,22 @@ def test_boot_medians_are_the_medians_of_the_resamples(values, seed, n_boot):
     a = np.sort(np.asarray(values, dtype=np.float64))
     want = np.median(a[np.random.default_rng(seed).integers(0, a.size, size=(n_boot, a.size))], axis=1)
     assert np.array_equal(_boot_medians(a, np.random.default_rng(seed), n_boot), want)
+
+
+# --- quantiles of sorted arrays -----------------------------------------------------------------------------------
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.floats(-1e12, 1e12, allow_nan=False), st.sampled_from([0.0, 1.5, 1e3, 1e3 + 0.5])),
+                min_size=1, max_size=80),
+       st.lists(st.floats(0, 1), min_size=1, max_size=5))
+def test_sorted_quantiles_and_median_equal_numpys_bit_for_bit(values, qs):
+    from traceql.stats import sorted_median, sorted_quantiles
+
+    a = np.array(values)
+    s = np.sort(a)
+    qs = tuple(qs) + (0.25, 0.5, 0.75, 0.025, 0.975)
+    for method in ("linear", "inverted_cdf"):
+        assert sorted_quantiles(s, qs, method) == np.quantile(a, qs, method=method).tolist()
+    assert sorted_median(s) == np.median(a)
+    assert sorted_quantiles(np.sort(np.append(a, np.nan)), (0.5,)) != sorted_quantiles(s, (0.5,))  # NaN is NaN

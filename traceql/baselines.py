@@ -83,7 +83,7 @@ def is_mixture(iso: np.ndarray) -> bool:
         return True
     if len(iso) < 4:
         return False
-    q25, q75 = np.percentile(iso, [25, 75])
+    q25, q75 = stats.sorted_quantiles(np.sort(iso), (0.25, 0.75))
     return stats.relative_spread(iso) > MAX_SPREAD and q75 - q25 > MODE_MIN_GAP_NS
 
 
@@ -288,7 +288,7 @@ def _row(gid: int, key: tuple, split, conflated: bool, idx: np.ndarray, f: dict,
     if base.per_instance is not None:
         t0_each = np.array([base.per_instance[i] for i in idx.tolist()])
     else:
-        t0_each = np.full(len(idx), float(np.median(base.t0s)))
+        t0_each = np.full(len(idx), stats.sorted_median(np.sort(base.t0s)))
     inst["t0_ns"][idx] = t0_each
     inst["baseline"][idx] = base.source
     if len(t1s):
@@ -299,8 +299,9 @@ def _row(gid: int, key: tuple, split, conflated: bool, idx: np.ndarray, f: dict,
             s, lo, hi = stats.ratio_ci(t1s / t0_each[is_ovl], key=seed_key, level=LEVEL)
         elif len(t1s) == 1 and len(base.t0s) >= 2:
             # one overlapped instance: where it falls against the spread of the isolated ones (a prediction interval)
-            q_lo, q_hi = np.quantile(base.t0s, [(1 - LEVEL) / 2, (1 + LEVEL) / 2], method="inverted_cdf")
-            s, lo, hi = t1s[0] / np.median(base.t0s) - 1, t1s[0] / q_hi - 1, t1s[0] / q_lo - 1
+            t0s = np.sort(base.t0s)
+            q_lo, q_hi = stats.sorted_quantiles(t0s, ((1 - LEVEL) / 2, (1 + LEVEL) / 2), "inverted_cdf")
+            s, lo, hi = t1s[0] / stats.sorted_median(t0s) - 1, t1s[0] / q_hi - 1, t1s[0] / q_lo - 1
         else:
             s, lo, hi = stats.slowdown_ci(base.t0s, t1s, key=seed_key, level=LEVEL, n_boot=N_BOOT, max_n=MAX_N)
         row.update(slowdown=_f(s), slowdown_lo=_f(lo), slowdown_hi=_f(hi))
@@ -320,7 +321,7 @@ def _nearest(t: np.ndarray, t_iso: np.ndarray, d_iso: np.ndarray) -> np.ndarray:
         lo, hi = max(0, p - k), min(len(t_iso), p + k)
         window = np.arange(lo, hi)
         near = window[np.argsort(np.abs(t_iso[window] - ti), kind="stable")[:k]]
-        out[i] = np.median(d_iso[near])
+        out[i] = stats.sorted_median(np.sort(d_iso[near]))
     return out
 
 

@@ -82,12 +82,55 @@ def median_ci(x: ArrayLike, level: float = 0.95) -> tuple[float, float, float]:
     n = a.size
     if n == 0:
         return NAN, NAN, NAN
-    med = float(np.median(a))
+    med = sorted_median(a)
     ranks = _median_ranks(n, float(level))
     if ranks is None:
         return med, NAN, NAN
     lo, hi = ranks
     return med, float(a[lo - 1]), float(a[hi - 1])
+
+
+def sorted_median(a: np.ndarray) -> float:
+    """``np.median`` of a SORTED float array, the same value without numpy's overhead per call (tens of us, which a
+    report of thousands of signature groups pays many times per group)."""
+    n = a.size
+    if n == 0 or math.isnan(a[-1]):
+        return NAN
+    k = n // 2
+    return float(a[k]) if n % 2 else float((a[k - 1] + a[k]) / 2.0)
+
+
+def sorted_quantiles(a: np.ndarray, qs: tuple[float, ...], method: str = "linear") -> list[float]:
+    """``np.quantile(a, qs, method=method)`` of a SORTED float array, the same values (numpy's index arithmetic and
+    interpolation, in the same float64 operations) without its overhead per call. ``method``: linear or
+    inverted_cdf."""
+    n = a.size
+    if n == 0:
+        raise ValueError("quantiles of an empty array")
+    if math.isnan(a[-1]):
+        return [NAN] * len(qs)
+    out = []
+    for q in qs:
+        if method == "inverted_cdf":
+            v = n * q - 1
+            i = math.floor(v)
+            out.append(float(a[max(0, i if v - i == 0 else i + 1)]))
+            continue
+        if method != "linear":
+            raise ValueError(f"method {method!r}: linear or inverted_cdf")
+        v = (n - 1) * q
+        if v >= n - 1:
+            out.append(float(a[-1]))
+            continue
+        if v < 0:
+            out.append(float(a[0]))
+            continue
+        i = math.floor(v)
+        g = v - i
+        lo, hi = float(a[i]), float(a[i + 1])
+        d = hi - lo
+        out.append(hi - d * (1 - g) if g >= 0.5 else lo + d * g)  # numpy's _lerp
+    return out
 
 
 def _boot_medians(a: np.ndarray, rng: np.random.Generator, n_boot: int) -> np.ndarray:
@@ -99,7 +142,7 @@ def _boot_medians(a: np.ndarray, rng: np.random.Generator, n_boot: int) -> np.nd
     k = n // 2
     if n % 2:
         return a[idx[:, k]].astype(np.float64)
-    return np.mean(np.stack([a[idx[:, k - 1]], a[idx[:, k]]], axis=1), axis=1)  # as np.median: the mean of the two
+    return (a[idx[:, k - 1]] + a[idx[:, k]]) / 2.0  # as np.median: the mean of the two
 
 
 def slowdown_ci(t0: ArrayLike, t1: ArrayLike, *, key: tuple, level: float = 0.95, n_boot: int = 2000,
@@ -118,10 +161,10 @@ def slowdown_ci(t0: ArrayLike, t1: ArrayLike, *, key: tuple, level: float = 0.95
     a0, a1 = np.sort(_as_1d(t0)), np.sort(_as_1d(t1))
     if a0.size == 0 or a1.size == 0:
         return NAN, NAN, NAN
-    m0 = float(np.median(a0))
+    m0 = sorted_median(a0)
     if not m0 > 0:
         return NAN, NAN, NAN
-    s = float(np.median(a1)) / m0 - 1.0
+    s = sorted_median(a1) / m0 - 1.0
     if a0.size < 2 or a1.size < 2:
         return s, NAN, NAN
 
@@ -138,8 +181,8 @@ def slowdown_ci(t0: ArrayLike, t1: ArrayLike, *, key: tuple, level: float = 0.95
         # A resample whose baseline median is not positive has an unbounded slowdown.
         ratios = np.where(b0 > 0, b1 / b0 - 1.0, np.inf)
     # inverted_cdf picks actual bootstrap values (order statistics), so an infinite tail stays inf, not NaN.
-    lo, hi = np.quantile(ratios, [(1.0 - level) / 2.0, (1.0 + level) / 2.0], method="inverted_cdf")
-    return s, float(lo), float(hi)
+    lo, hi = sorted_quantiles(np.sort(ratios), ((1.0 - level) / 2.0, (1.0 + level) / 2.0), "inverted_cdf")
+    return s, lo, hi
 
 
 def ratio_ci(r: ArrayLike, *, key: tuple, level: float = 0.95, n_boot: int = 2000,
@@ -169,10 +212,20 @@ def scale_interval(part: float, s: float, lo: float, hi: float) -> tuple[float, 
 
 def _tie_sums(v: np.ndarray) -> tuple[float, float, float, float]:
     """Sums over tie groups of size c: c(c-1)/2, c(c-1)(2c+5), c(c-1), c(c-1)(c-2)."""
-    c = np.unique(v, return_counts=True)[1].astype(np.float64)
+    v = np.sort(v)
+    edges = np.flatnonzero(v[1:] != v[:-1]) + 1  # np.unique's counts, without its overhead per call
+    c = np.diff(np.concatenate(([0], edges, [v.size]))).astype(np.float64)
     c = c[c > 1]
     return (float(np.sum(c * (c - 1) / 2)), float(np.sum(c * (c - 1) * (2 * c + 5))),
             float(np.sum(c * (c - 1))), float(np.sum(c * (c - 1) * (c - 2))))
+
+
+@lru_cache(maxsize=16)
+def _pairs(m: int) -> tuple[np.ndarray, np.ndarray]:
+    """``np.triu_indices(m, k=1)``, kept (read-only) for the sizes the trend test meets again and again."""
+    i, j = np.triu_indices(m, k=1)
+    i.flags.writeable = j.flags.writeable = False
+    return i, j
 
 
 def trend(t_ns: ArrayLike, x: ArrayLike) -> tuple[float, float, float]:
@@ -196,7 +249,7 @@ def trend(t_ns: ArrayLike, x: ArrayLike) -> tuple[float, float, float]:
     t, xs = t_all[order], x_all[order]
     m = xs.size
 
-    i, j = np.triu_indices(m, k=1)
+    i, j = _pairs(m)
     # Subtract before converting: int64 ns timestamps lose precision as float64, their differences do not.
     dt = (t[j] - t[i]).astype(np.float64)
     dx = xs[j] - xs[i]
@@ -216,7 +269,7 @@ def trend(t_ns: ArrayLike, x: ArrayLike) -> tuple[float, float, float]:
         p = 1.0
 
     moving = dt != 0
-    med_x = float(np.median(x_all))
+    med_x = sorted_median(np.sort(x_all))
     if not moving.any() or med_x == 0:
         return tau, p, NAN
     slope = float(np.median(dx[moving] / dt[moving]))
@@ -250,7 +303,7 @@ def relative_spread(x: ArrayLike) -> float:
     a = _as_1d(x)
     if a.size < 2:
         return NAN
-    q25, med, q75 = np.quantile(a, [0.25, 0.5, 0.75])
+    q25, med, q75 = sorted_quantiles(np.sort(a), (0.25, 0.5, 0.75))
     if med == 0:
         return NAN
     return float((q75 - q25) / med)

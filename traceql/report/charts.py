@@ -8,6 +8,8 @@ is nothing to draw. Tests check charts through their spec (``to_dict()``) and in
 from __future__ import annotations
 
 import contextlib
+import functools
+import json
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -51,12 +53,17 @@ _named: ContextVar[dict[str, list[dict]] | None] = ContextVar("traceql_chart_dat
 def inline_data(rows: list[dict]) -> alt.Data:
     """Inline rows; inside :func:`named_data` a name only, the rows kept aside for the page to embed as they are
     (altair walks and validates inline values row by row: seconds on a report's charts)."""
+    return alt.Data(**_data_ref(rows))
+
+
+def _data_ref(rows: list[dict]) -> dict:
+    """A spec's ``data``: the rows themselves, or inside :func:`named_data` a name for them (kept aside)."""
     named = _named.get()
     if named is None:
-        return alt.Data(values=rows)
+        return {"values": rows}
     name = f"traceql_rows_{len(named)}"  # not data_N: Vega-Lite names its own data sources so
     named[name] = rows
-    return alt.Data(name=name)
+    return {"name": name}
 
 
 @contextlib.contextmanager
@@ -70,6 +77,39 @@ def named_data() -> Iterator[dict[str, list[dict]]]:
             yield named
     finally:
         _named.reset(token)
+
+
+@dataclass(frozen=True)
+class Spec:
+    """A finished Vega-Lite spec, for charts whose structure is built once with altair and cached (altair takes
+    milliseconds per chart: minutes over the per-run charts of a report of a thousand runs). It has altair's
+    ``to_dict``, so pages and tests treat it as a chart."""
+
+    spec: dict
+
+    @staticmethod
+    def slot(i: int) -> str:
+        return f"traceql_slot_{i}"
+
+    @classmethod
+    def filled(cls, skeleton: str, rows: list[list[dict]]) -> Spec:
+        """The cached ``skeleton`` (JSON) with the data named ``slot(i)`` replaced by ``rows[i]``."""
+        refs = {cls.slot(i): _data_ref(r) for i, r in enumerate(rows)}
+
+        def fill(node):
+            if isinstance(node, dict):
+                if node.keys() == {"name"} and node["name"] in refs:
+                    return refs[node["name"]]
+                return {k: fill(v) for k, v in node.items()}
+            if isinstance(node, list):
+                return [fill(v) for v in node]
+            return node
+
+        return cls(fill(json.loads(skeleton)))
+
+    def to_dict(self, validate: bool = False) -> dict:
+        del validate  # built by altair, whose specs the tests validate
+        return self.spec
 
 
 def _signature_labels(rows: list[dict], width: int = 60) -> list[str]:
@@ -109,25 +149,35 @@ def timeline(data: dict[str, pa.Table], options: dict) -> alt.TopLevelMixin | No
             for r in table_rows(data["nvtx"], ["device_id", "depth", "text", "start_ns", "end_ns", "dur_ns"],
                            limit=MAX_MARKS // 4)
             if r["device_id"] is not None and r["depth"] <= max_depth]
+    lanes = tuple(sorted({r["lane"] for r in rows} | {r["lane"] for r in nvtx}))
+    layers = [rows, nvtx] if nvtx else [rows]
+    return Spec.filled(_timeline_spec(lanes, len(layers), f"GPU activity{_cut_note(seg)}: drag to pan, scroll to zoom"),
+                       layers)
+
+
+@functools.lru_cache(maxsize=64)
+def _timeline_spec(lanes: tuple[str, ...], layers: int, title: str) -> str:
+    """The timeline's spec without its rows (JSON, layer i's data named ``Spec.slot(i)``): the same for every run
+    with the same lanes, so a report of many runs builds it once."""
     zoom = alt.selection_interval(bind="scales", encodings=["x"])
     x = alt.X("start_ms:Q", title="time since first activity (ms)")
-    lanes = sorted({r["lane"] for r in rows} | {r["lane"] for r in nvtx})
-    y = alt.Y("lane:N", title=None, sort=lanes)
-    bars = alt.Chart(inline_data(rows)).mark_bar(height=14).encode(
+    y = alt.Y("lane:N", title=None, sort=list(lanes))
+    bars = alt.Chart(alt.Data(name=Spec.slot(0))).mark_bar(height=14).encode(
         x=x, x2="end_ms:Q", y=y,
         color=alt.Color("state:N", title="on the GPU", scale=alt.Scale(domain=list(STATE_COLORS),
                                                                       range=list(STATE_COLORS.values()))),
         tooltip=["lane:N", "state:N", alt.Tooltip("start_ms:Q", format=".3f"), alt.Tooltip("dur_us:Q", format=".1f")],
     )
-    layers = [bars]
-    if nvtx:
-        layers.append(alt.Chart(inline_data(nvtx)).mark_bar(height=12, color="#d4d4d4", stroke="#888", strokeWidth=0.5)
+    charts = [bars]
+    if layers > 1:
+        charts.append(alt.Chart(alt.Data(name=Spec.slot(1))).mark_bar(height=12, color="#d4d4d4", stroke="#888",
+                                                                      strokeWidth=0.5)
                       .encode(x=x, x2="end_ms:Q", y=y,
                               tooltip=["text:N", alt.Tooltip("start_ms:Q", format=".3f"),
                                        alt.Tooltip("dur_us:Q", format=".1f")]))
-    return alt.layer(*layers).add_params(zoom).properties(
-        width=900, height=max(60, 24 * len(lanes)),
-        title=f"GPU activity{_cut_note(seg)}: drag to pan, scroll to zoom")
+    chart = alt.layer(*charts).add_params(zoom).properties(width=900, height=max(60, 24 * len(lanes)), title=title)
+    with alt.utils.schemapi.debug_mode(False):
+        return json.dumps(chart.to_dict(validate=False))
 
 
 @chart("kernels", help="slowdown of each kernel signature, split into the part each resource explains")
