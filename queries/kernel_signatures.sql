@@ -75,23 +75,23 @@ WITH inst AS (
            any_value(dynamic_smem_bytes) AS dynamic_smem_bytes, any_value(bytes) AS bytes, any_value(ctas) AS ctas,
            any_value(sm_count) AS sm_count, any_value(launch_occupancy) AS occupancy,
            sum(dur_ns) FILTER (ovl)::BIGINT AS sum_t1_ns,
-           sum(t0_inst) FILTER (ovl) AS sum_t0_ns,
+           sum(t0_inst ORDER BY activity_id) FILTER (ovl) AS sum_t0_ns,
            sum(overlap_ns) FILTER (ovl) / sum(dur_ns) FILTER (ovl) AS overlap_fraction,
            sum(comm_overlap_ns) FILTER (ovl) / sum(dur_ns) FILTER (ovl) AS comm_fraction,
            sum(comm_overlap_ns) FILTER (ovl) AS comm_ov, sum(compute_overlap_ns) FILTER (ovl) AS compute_ov,
            sum(copy_overlap_ns) FILTER (ovl) AS copy_ov,
-           sum(corunner_sms * overlap_ns) FILTER (ovl) / sum(overlap_ns) FILTER (ovl) AS corunner_sms,
-           sum(sm_share * dur_ns) FILTER (ovl) / sum(dur_ns) FILTER (ovl) AS sm_share,
-           sum(comm_sm_share * dur_ns) FILTER (ovl) / sum(dur_ns) FILTER (ovl) AS comm_sm_share,
+           sum(corunner_sms * overlap_ns ORDER BY activity_id) FILTER (ovl) / sum(overlap_ns) FILTER (ovl) AS corunner_sms,
+           sum(sm_share * dur_ns ORDER BY activity_id) FILTER (ovl) / sum(dur_ns) FILTER (ovl) AS sm_share,
+           sum(comm_sm_share * dur_ns ORDER BY activity_id) FILTER (ovl) / sum(dur_ns) FILTER (ovl) AS comm_sm_share,
            median(dram_pct) FILTER (ovl) AS dram_pct_ovl,
            median(gpc_clock_mhz) FILTER (ovl) AS gpc_clock_mhz_ovl,
            median(cycles) FILTER (ovl) AS cycles_ovl,
            median(sm_active_pct) FILTER (ovl) AS sm_active_pct_ovl,
            median(nvlink_pct) FILTER (ovl) AS nvlink_pct_ovl, median(pcie_pct) FILTER (ovl) AS pcie_pct_ovl,
            median(power_w) FILTER (ovl) AS power_w_ovl,
-           sum(co_dram_pct * overlap_ns) FILTER (ovl) / sum(overlap_ns) FILTER (ovl AND co_dram_pct IS NOT NULL)
+           sum(co_dram_pct * overlap_ns ORDER BY activity_id) FILTER (ovl) / sum(overlap_ns) FILTER (ovl AND co_dram_pct IS NOT NULL)
                AS co_dram_pct,
-           sum(co_working_set_bytes * overlap_ns) FILTER (ovl)
+           sum(co_working_set_bytes * overlap_ns ORDER BY activity_id) FILTER (ovl)
                / sum(overlap_ns) FILTER (ovl AND co_working_set_bytes IS NOT NULL) AS co_working_set_bytes
     FROM inst GROUP BY group_id
 )

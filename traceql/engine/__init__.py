@@ -32,13 +32,17 @@ METRICS = ("sm_active_pct", "dram_pct", "gpc_clock_mhz", "nvlink_pct", "pcie_pct
 
 
 BATCH_ROWS = 1 << 20  # rows per Arrow batch read from DuckDB: the memory of the read, whatever the store's size
+BUNDLE_ROWS = 1 << 16  # rows of small devices swept together in one task
 
 
-def _grouped(con: duckdb.DuckDBPyConnection, sql: str, order: str = "", *,
-             tables: bool = False) -> Iterator[tuple[tuple[str, int], dict]]:
+Columns = dict[str, np.ndarray]
+
+
+def _grouped(con: duckdb.DuckDBPyConnection, sql: str, order: str = "") -> Iterator[tuple[tuple[str, int], Columns]]:
     """The rows of ``sql`` (which has columns run_id and device_id) per (run, device), in that order: one scan,
-    streamed in batches; each group's columns as numpy arrays (masked where NULL), without run_id and device_id
-    (``tables``: as an Arrow table)."""
+    streamed in batches; each group's columns as numpy arrays (masked where NULL), without run_id and device_id.
+    A batch is converted to numpy once and its groups are views into it, so a store of thousands of small devices
+    costs one conversion per batch, not one per device."""
     reader = con.sql(f"SELECT * FROM ({sql}) ORDER BY run_id, device_id{', ' + order if order else ''}") \
         .to_arrow_reader(BATCH_ROWS)
     key, parts = None, []
@@ -47,26 +51,30 @@ def _grouped(con: duckdb.DuckDBPyConnection, sql: str, order: str = "", *,
         n = batch.num_rows
         if n == 0:
             continue
+        cols = _columns(batch)
         change = np.flatnonzero(np.asarray(pc.or_(pc.not_equal(run[1:], run[:-1]),
                                                   pc.not_equal(dev[1:], dev[:-1])), dtype=bool)) + 1
         starts = [0, *change.tolist()]
-        for a, b in zip(starts, [*change.tolist(), n], strict=True):
-            k = (run[a].as_py(), dev[a].as_py())
+        runs, devs = run.take(starts).to_pylist(), dev.take(starts).to_pylist()
+        for a, b, k in zip(starts, [*change.tolist(), n], zip(runs, devs, strict=True), strict=True):
             if k != key and parts:
-                yield key, _table_or_columns(parts, tables)
+                yield key, _joined(parts)
                 parts = []
             key = k
-            parts.append(batch.slice(a, b - a))
+            parts.append({c: v[a:b] for c, v in cols.items()})
     if parts:
-        yield key, _table_or_columns(parts, tables)
+        yield key, _joined(parts)
 
 
-def _table_or_columns(parts: list[pa.RecordBatch], table: bool):
-    t = pa.Table.from_batches(parts)
-    return t if table else _columns(t)
+def _joined(parts: list[Columns]) -> Columns:
+    """One group's columns from the pieces that consecutive batches hold."""
+    if len(parts) == 1:
+        return parts[0]
+    return {c: (np.ma.concatenate if np.ma.isMaskedArray(v) else np.concatenate)([p[c] for p in parts])
+            for c, v in parts[0].items()}
 
 
-def _columns(table: pa.Table) -> dict[str, np.ndarray]:
+def _columns(table: pa.Table | pa.RecordBatch) -> Columns:
     out = {}
     for name in table.column_names:
         if name in ("run_id", "device_id"):
@@ -74,20 +82,19 @@ def _columns(table: pa.Table) -> dict[str, np.ndarray]:
         col = table.column(name)
         if col.null_count:
             fill = 0.0 if pa.types.is_floating(col.type) else 0
-            out[name] = np.ma.masked_array(pc.fill_null(col, fill).to_numpy(), mask=col.is_null().to_numpy())
+            out[name] = np.ma.masked_array(pc.fill_null(col, fill).to_numpy(zero_copy_only=False),
+                                           mask=col.is_null().to_numpy(zero_copy_only=False))
         else:
-            out[name] = col.to_numpy()
+            out[name] = col.to_numpy(zero_copy_only=False)
     return out
 
 
-def _run_col(key: tuple[str, int], n: int) -> list[pa.Array]:
-    run = pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, dtype=np.int32)), pa.array([key[0]]))
-    return [run, pa.array(np.full(n, key[1], dtype=np.int32))]
-
-
-def _publish(con: duckdb.DuckDBPyConnection, view: str, tables: list[pa.Table], schema: pa.Schema) -> None:
-    """Store the result as the table that ``view`` now reads (the naming of ``queries_loader.materialize``)."""
-    table = pa.concat_tables(tables) if tables else schema.empty_table()
+def _publish(con: duckdb.DuckDBPyConnection, view: str, groups: list[tuple[tuple[str, int], Columns]],
+             schema: pa.Schema, nan_is_null: tuple[str, ...] = ()) -> None:
+    """Store the result as the table that ``view`` now reads (the naming of ``queries_loader.materialize``).
+    ``groups``: per (run, device), its columns (numpy, masked where NULL; ``nan_is_null``: NaN is NULL), assembled
+    into one table with the run and device of each row."""
+    table = _assemble(groups, schema, nan_is_null)
     name = f"_engine_{view}"
     con.register(name, table)
     try:
@@ -97,19 +104,55 @@ def _publish(con: duckdb.DuckDBPyConnection, view: str, tables: list[pa.Table], 
     con.execute(f'CREATE OR REPLACE VIEW "{view}" AS SELECT * FROM temp."_materialized_{view}"')
 
 
-def _map(groups: Iterator[tuple[tuple[str, int], dict]], work: Callable[[tuple[str, int], dict], pa.Table]) \
-        -> list[tuple[tuple[str, int], pa.Table]]:
+def _assemble(groups: list[tuple[tuple[str, int], Columns]], schema: pa.Schema,
+              nan_is_null: tuple[str, ...]) -> pa.Table:
+    if not groups:
+        return schema.empty_table()
+    names = schema.names[2:]
+    sizes = np.array([len(cols[names[0]]) for _, cols in groups], dtype=np.int64)
+    runs = list(dict.fromkeys(k[0] for k, _ in groups))
+    run_index = {r: i for i, r in enumerate(runs)}
+    run = pa.DictionaryArray.from_arrays(
+        pa.array(np.repeat(np.array([run_index[k[0]] for k, _ in groups], dtype=np.int32), sizes)), pa.array(runs))
+    dev = pa.array(np.repeat(np.array([k[1] for k, _ in groups], dtype=np.int32), sizes))
+    arrays = []
+    for c in names:
+        parts = [cols[c] for _, cols in groups]
+        masked = any(np.ma.isMaskedArray(p) for p in parts)
+        v = (np.ma.concatenate if masked else np.concatenate)(parts)
+        typ = schema.field(c).type
+        if masked:
+            arrays.append(pa.array(np.ma.getdata(v), type=typ, mask=np.ma.getmaskarray(v)))
+        else:
+            arrays.append(pa.array(v, type=typ, from_pandas=c in nan_is_null))
+    return pa.table([run, dev, *arrays], names=schema.names)
+
+
+def _map(groups: Iterator[tuple[tuple[str, int], Columns]], work: Callable[[tuple[str, int], Columns], Columns]) \
+        -> list[tuple[tuple[str, int], Columns]]:
     """Read the groups on the calling thread (one DuckDB connection), sweep them in parallel threads; at most two
-    groups per thread wait for their turn, so memory stays that of a few devices."""
+    groups per thread wait for their turn, so memory stays that of a few devices. Small groups are swept in
+    bundles (one task per ``BUNDLE_ROWS`` rows), so that a store of thousands of small devices is not a task each."""
     workers = os.cpu_count() or 1
-    out, pending = [], []
+    out, pending, bundle, rows = [], [], [], 0
+
+    def run_bundle(items):
+        return [(k, work(k, d)) for k, d in items]
+
     with ThreadPoolExecutor(workers) as pool:
         for key, data in groups:
-            pending.append((key, pool.submit(work, key, data)))
+            bundle.append((key, data))
+            rows += len(next(iter(data.values()))) if data else 0
+            if rows < BUNDLE_ROWS:
+                continue
+            pending.append(pool.submit(run_bundle, bundle))
+            bundle, rows = [], 0
             while len(pending) > 2 * workers:
-                k, f = pending.pop(0)
-                out.append((k, f.result()))
-        out += [(k, f.result()) for k, f in pending]
+                out += pending.pop(0).result()
+        if bundle:
+            pending.append(pool.submit(run_bundle, bundle))
+        for f in pending:
+            out += f.result()
     return out
 
 
@@ -126,34 +169,31 @@ def _overlaps(con: duckdb.DuckDBPyConnection) -> None:
     sql = """SELECT run_id, device_id, activity_id, start_ns, end_ns, sm_held,
                     CASE corunner_kind WHEN 'comm' THEN 0 WHEN 'compute' THEN 1 ELSE 2 END::TINYINT AS cls
              FROM _activity_rows"""
-    unions: dict[tuple[str, int], pa.Table] = {}
+    unions: dict[tuple[str, int], Columns] = {}
 
     def work(key, a):
         sm_count = sm_counts.get(key)
         res = sweeps.overlap(a["start_ns"], a["end_ns"], a["cls"], np.ma.filled(a["sm_held"], 0), sm_count)
         n = len(a["activity_id"])
-        unions[key] = pa.table([*_run_col(key, 1), *(pa.array([v], pa.int64()) for v in res.totals.values())],
-                               names=UNIONS_SCHEMA.names)
-        cols = [pa.array(a["activity_id"]), *(pa.array(res.per_activity[c]) for c in OVERLAP_SCHEMA.names[3:9]),
-                pa.array(np.full(n, sm_count if sm_count is not None else 0, dtype=np.int32),
-                         mask=np.full(n, sm_count is None))]
-        return pa.table([*_run_col(key, n), *cols], names=OVERLAP_SCHEMA.names)
+        unions[key] = {k: np.array([v], dtype=np.int64) for k, v in res.totals.items()}
+        return {"activity_id": a["activity_id"], **{c: res.per_activity[c] for c in OVERLAP_SCHEMA.names[3:9]},
+                "sm_count": np.ma.masked_array(np.full(n, sm_count or 0, dtype=np.int32),
+                                               mask=np.full(n, sm_count is None))}
 
     done = _map(_grouped(con, sql), work)
-    _publish(con, "_instance_overlap", [t for _, t in done], OVERLAP_SCHEMA)
-    _publish(con, "_device_unions", [unions[k] for k, _ in done], UNIONS_SCHEMA)
+    _publish(con, "_instance_overlap", done, OVERLAP_SCHEMA)
+    _publish(con, "_device_unions", [(k, unions[k]) for k, _ in done], UNIONS_SCHEMA)
 
 
 def device_unions(con: duckdb.DuckDBPyConnection) -> None:
     """``_device_unions`` alone, from ``_union_intervals`` (the overlap numbers of ``traceql overlap``): no activity
     rows, no per-activity integrals."""
     def work(key, a):
-        res = sweeps.unions(a["start_ns"], a["end_ns"], a["cls"])
-        return pa.table([*_run_col(key, 1), *(pa.array([v], pa.int64()) for v in res.values())],
-                        names=UNIONS_SCHEMA.names)
+        totals = sweeps.unions(a["start_ns"], a["end_ns"], a["cls"])
+        return {k: np.array([v], dtype=np.int64) for k, v in totals.items()}
 
     sql = "SELECT run_id, device_id, start_ns, end_ns, cls FROM _union_intervals"
-    _publish(con, "_device_unions", [t for _, t in _map(_grouped(con, sql), work)], UNIONS_SCHEMA)
+    _publish(con, "_device_unions", _map(_grouped(con, sql), work), UNIONS_SCHEMA)
 
 
 METRICS_SCHEMA = pa.schema([("run_id", pa.string()), ("device_id", pa.int32()), ("activity_id", pa.int64()),
@@ -170,29 +210,26 @@ def _metrics(con: duckdb.DuckDBPyConnection) -> None:
               SELECT run_id, device_id, 1, activity_id, start_ns, end_ns, {nulls} FROM _activity_rows"""
     materialize(con, ("_metric_wide",))
 
-    def both() -> Iterator[tuple[tuple[str, int], dict]]:
+    def both() -> Iterator[tuple[tuple[str, int], Columns]]:
         """The devices with samples and activities."""
-        for key, t in _grouped(con, sql, "part, a", tables=True):
-            part = t.column("part")
-            samples = _columns(t.filter(pc.equal(part, 0)).select(["a", *METRICS]))
-            acts = _columns(t.filter(pc.equal(part, 1)).select(["a", "b", "c"]))
-            if len(samples["a"]) and len(acts["a"]):
-                yield key, {"samples": {"ts_ns": samples["a"], **{m: np.ma.filled(samples[m], np.nan)
-                                                                   for m in METRICS}},
-                            "acts": {"activity_id": acts["a"], "start_ns": acts["b"], "end_ns": acts["c"]}}
+        for key, t in _grouped(con, sql, "part, a"):
+            n_samples = int(np.searchsorted(t["part"], 1))  # samples first (part 0)
+            if 0 < n_samples < len(t["part"]):
+                yield key, {"ts_ns": np.ma.getdata(t["a"][:n_samples]),
+                            **{m: np.ma.filled(t[m][:n_samples], np.nan) for m in METRICS},
+                            "activity_id": np.ma.getdata(t["a"][n_samples:]),
+                            "start_ns": np.ma.getdata(t["b"][n_samples:]), "end_ns": np.ma.getdata(t["c"][n_samples:])}
 
     def work(key, d):
-        s, a = d["samples"], d["acts"]
         means, counts = {}, []
         for m in METRICS:
-            means[m], k = sweeps.sample_means(s["ts_ns"], s[m], a["start_ns"], a["end_ns"])
+            means[m], k = sweeps.sample_means(d["ts_ns"], d[m], d["start_ns"], d["end_ns"])
             counts.append(k)
-        n = len(a["activity_id"])
-        cols = [pa.array(a["activity_id"]), pa.array(np.max(counts, axis=0) if n else np.zeros(0, np.int64)),
-                *(pa.array(means[m], from_pandas=True) for m in METRICS)]
-        return pa.table([*_run_col(key, n), *cols], names=METRICS_SCHEMA.names)
+        n = len(d["activity_id"])
+        return {"activity_id": d["activity_id"], "samples": np.max(counts, axis=0) if n else np.zeros(0, np.int64),
+                **means}
 
-    _publish(con, "_instance_metrics", [t for _, t in _map(both(), work)], METRICS_SCHEMA)
+    _publish(con, "_instance_metrics", _map(both(), work), METRICS_SCHEMA, nan_is_null=METRICS)
 
 
 CORUNNER_SCHEMA = pa.schema([("run_id", pa.string()), ("device_id", pa.int32()), ("activity_id", pa.int64()),
@@ -218,12 +255,11 @@ def _corunner_dram(con: duckdb.DuckDBPyConnection) -> None:
         with np.errstate(invalid="ignore", divide="ignore"):
             co_dram = np.where(over > 0, co_rate / over, np.nan)
             co_set = np.where((over > 0) & (profiled_others > 0), co_ws / over, np.nan)
-        n = len(start)
-        cols = [pa.array(a["activity_id"]), pa.array(rate), pa.array(co_dram, from_pandas=True),
-                pa.array(co_set, from_pandas=True)]
-        return pa.table([*_run_col(key, n), *cols], names=CORUNNER_SCHEMA.names)
+        return {"activity_id": a["activity_id"], "own_dram_pct": rate, "co_dram_pct": co_dram,
+                "co_working_set_bytes": co_set}
 
-    _publish(con, "_corunner_dram", [t for _, t in _map(_grouped(con, sql), work)], CORUNNER_SCHEMA)
+    _publish(con, "_corunner_dram", _map(_grouped(con, sql), work), CORUNNER_SCHEMA,
+             nan_is_null=("co_dram_pct", "co_working_set_bytes"))
 
 
 STAGES = {"_instance_overlap": _overlaps, "_instance_metrics": _metrics, "_corunner_dram": _corunner_dram}
