@@ -118,3 +118,23 @@ def test_sample_means_match_brute_force(samples, intervals):
             assert means[i] == before[-1]
         else:
             assert np.isnan(means[i])
+
+
+def test_attribution_is_the_same_bits_whatever_the_threads(h200x2_store):
+    """The same store gives the same attribution, bit for bit, on one thread and on several: no result depends on
+    the order in which parallel threads sum floating-point values (four DDP/FSDP2/overlap runs on 2 GPUs)."""
+    def rows(threads: int | None) -> dict[str, list[tuple]]:
+        con = traceql.connect(h200x2_store)
+        if threads:
+            con.execute(f"SET threads = {threads}")
+        analysis.prepare(con)
+        out = {v: con.sql(f"SELECT * FROM {v} ORDER BY ALL").fetchall()
+               for v in ("kernel_signatures", "kernel_attribution", "device_summary", "_signature_stats")}
+        con.close()
+        return out
+
+    one, many = rows(1), rows(None)
+    for view, got in many.items():
+        assert len(got) == len(one[view]) > 0, view
+        for g, w in zip(got, one[view], strict=True):
+            assert all(x == y or (x != x and y != y) for x, y in zip(g, w, strict=True)), (view, g, w)
