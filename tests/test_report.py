@@ -471,3 +471,38 @@ def test_split_by_run_keeps_each_runs_rows_in_order():
         want = [x for r, x in zip(table["run_id"].to_pylist(), table["x"].to_pylist(), strict=True) if r == run_id]
         assert part["x"].to_pylist() == want and set(part["run_id"].to_pylist()) <= {run_id}
     assert _split_by_run(table, ids[:1])[0] is table  # one run: the table as it is
+
+
+def test_a_page_of_many_charts_draws_them_as_they_come_into_view(overlap_report, tmp_path):
+    """Past EAGER_CHARTS charts a page draws the charts near the viewport only, the others as they are scrolled to;
+    traceqlRenderAll (what the browser check calls) draws every one. The real runs' timelines, 40 times over."""
+    _browser_or_skip()
+    from playwright.sync_api import sync_playwright
+
+    from traceql.report import Report, SectionResult
+    from traceql.report.browser import CHROMIUM_ARGS, check_page, find_chromium
+    from traceql.report.html import EAGER_CHARTS, render_page
+
+    rep, _ = overlap_report
+    timeline = next(s for s in rep.sections if s.section.chart == "timeline")
+    per_run = [(f"copy {k} of {label}", tables) for k in range(40) for label, tables in timeline.per_run[:1]]
+    assert len(per_run) > EAGER_CHARTS
+    out = tmp_path / "many.html"
+    out.write_text(render_page(Report(rep.recipe, rep.runs, [SectionResult(timeline.section, {}, per_run)])))
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=find_chromium(), headless=True, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.goto(out.resolve().as_uri())
+            page.wait_for_function("Number(document.body.dataset.chartsRendered) > 0", timeout=60_000)
+            page.wait_for_timeout(500)
+            first = page.evaluate("() => Number(document.body.dataset.chartsRendered)")
+            page.evaluate("() => document.getElementById('chart-39').scrollIntoView()")
+            page.wait_for_function("document.getElementById('chart-39').dataset.rendered === 'true'", timeout=60_000)
+            page.wait_for_timeout(500)
+            later = page.evaluate("() => Number(document.body.dataset.chartsRendered)")
+        finally:
+            browser.close()
+    assert 0 < first < len(per_run) and first < later < len(per_run)
+    check = check_page(out)
+    assert check.ok and check.charts == check.rendered == check.svgs == len(per_run)

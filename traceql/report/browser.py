@@ -72,6 +72,7 @@ def check_page(path: str | Path, screenshot: str | Path | None = None, timeout_s
             page.on("pageerror", lambda e: errors.append(str(e)))
             page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
             page.goto(url, wait_until="load", timeout=timeout_s * 1000)
+            page.evaluate("() => window.traceqlRenderAll && window.traceqlRenderAll()")  # charts drawn when near
             page.wait_for_function("document.body.dataset.chartsDone === 'true'", timeout=timeout_s * 1000)
             info = page.evaluate("""() => ({
                 charts: document.querySelectorAll('div.chart').length,

@@ -35,7 +35,8 @@ th,td{border:1px solid #e3e3e3;padding:3px 6px;text-align:left;vertical-align:to
 th{background:#f6f6f6;position:sticky;top:0}td.num{text-align:right;font-variant-numeric:tabular-nums}
 td.name{font-family:ui-monospace,monospace;max-width:360px;white-space:nowrap;overflow:hidden;text-overflow:ellipsis}
 .skipped{background:#fff4e5;border:1px solid #f0b76a;padding:8px 12px;border-radius:4px}
-.empty{color:#888;font-style:italic}.chart{margin:10px 0;overflow-x:auto}.help{color:#555;max-width:900px}
+.empty{color:#888;font-style:italic}.chart{margin:10px 0;overflow-x:auto}.chart:empty{min-height:200px}
+.help{color:#555;max-width:900px}
 """
 
 
@@ -138,22 +139,34 @@ def _runs_table(report) -> str:
     return render_table(pa.Table.from_pylist(rows), limit=1000)
 
 
+# Charts are drawn when they come near the viewport, once a page has more than EAGER_CHARTS of them (a report of a
+# thousand runs has a thousand timelines: drawing every one at load kept Chromium busy for half a minute);
+# window.traceqlRenderAll() draws every chart at once (the browser check calls it, so every chart is still checked).
+EAGER_CHARTS = 24
 EMBED_JS = """
 (function () {
   const specs = %s;
-  const status = {rendered: 0, failed: 0};
+  const status = {rendered: 0, failed: 0, started: new Set()};
   const done = () => {
     document.body.dataset.chartsRendered = status.rendered;
     document.body.dataset.chartsFailed = status.failed;
     if (status.rendered + status.failed === specs.length) document.body.dataset.chartsDone = "true";
   };
-  done();
-  specs.forEach((spec, i) => {
+  const embed = (i) => {
+    if (status.started.has(i)) return;
+    status.started.add(i);
     const el = document.getElementById("chart-" + i);
-    vegaEmbed(el, spec, {renderer: "svg", actions: {export: true, source: false, compiled: false, editor: false}})
+    vegaEmbed(el, specs[i], {renderer: "svg", actions: {export: true, source: false, compiled: false, editor: false}})
       .then(() => { el.dataset.rendered = "true"; status.rendered++; done(); })
       .catch((err) => { el.dataset.error = String(err); status.failed++; console.error(err); done(); });
-  });
+  };
+  window.traceqlRenderAll = () => specs.forEach((_, i) => embed(i));
+  done();
+  if (specs.length <= %d || !("IntersectionObserver" in window)) { window.traceqlRenderAll(); return; }
+  const near = new IntersectionObserver((entries) => entries.forEach((e) => {
+    if (e.isIntersecting) { near.unobserve(e.target); embed(Number(e.target.id.slice(6))); }
+  }), {rootMargin: "100%% 0px"});
+  specs.forEach((_, i) => near.observe(document.getElementById("chart-" + i)));
 })();
 """
 
@@ -190,6 +203,6 @@ def render_page(report) -> str:
 <h2>Runs</h2>
 {_runs_table(report)}
 {''.join(page.parts)}
-<script>{EMBED_JS % _json_for_script(page.specs)}</script>
+<script>{EMBED_JS % (_json_for_script(page.specs), EAGER_CHARTS)}</script>
 </body></html>
 """
