@@ -12,7 +12,7 @@ import math
 import numpy as np
 import pytest
 from conftest import DATA
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from test_intervals_property import KINDS, S, _reference, activity
 
@@ -27,6 +27,7 @@ TABLES = {
     "_instance_metrics": ("activity_id", "samples", "sm_active_pct", "dram_pct", "gpc_clock_mhz", "nvlink_pct",
                           "pcie_pct"),
     "_corunner_dram": ("activity_id", "own_dram_pct", "co_dram_pct", "co_working_set_bytes"),
+    "_activity_occurrence": ("activity_id", "global_tid", "step_start_ns", "step_text", "occurrence"),
     "instance_facts": ("activity_id", "comm_overlap_ns", "corunner_sms", "sm_share", "dram_pct", "co_dram_pct",
                        "samples", "cycles"),
     "kernel_attribution": ("group_id", "name", "grid", "n", "t0_ns", "t1_ns", "slowdown", "predicted", "class",
@@ -57,7 +58,7 @@ def _assert_same(run) -> None:
     for table in TABLES:
         got, want = engine[table], reference[table]
         assert len(got) == len(want), table
-        if table != "_instance_metrics":  # traces without GPU metrics have no rows there
+        if table not in ("_instance_metrics", "_activity_occurrence"):  # traces without metrics, without NVTX
             assert got, table
         for g, w in zip(got, want, strict=True):
             assert all(_same(x, y) for x, y in zip(g, w, strict=True)), (table, g, w)
@@ -138,3 +139,50 @@ def test_attribution_is_the_same_bits_whatever_the_threads(h200x2_store):
         assert len(got) == len(one[view]) > 0, view
         for g, w in zip(got, one[view], strict=True):
             assert all(x == y or (x != x and y != y) for x, y in zip(g, w, strict=True)), (view, g, w)
+
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 40), st.integers(0, 25)), max_size=14),
+       st.lists(st.integers(-2, 70), min_size=1, max_size=12))
+def test_innermost_matches_brute_force(ranges, times):
+    """Ranges that nest, cross, share starts or ends, or are empty: the last range (in start order) around each time."""
+    ranges = sorted(ranges, key=lambda r: r[0])
+    start = np.array([s for s, _ in ranges], dtype=np.int64)
+    end = start + np.array([d for _, d in ranges], dtype=np.int64)
+    t = np.array(times, dtype=np.int64)
+    got = sweeps.innermost(start, end, t)
+    for k, x in enumerate(times):
+        around = [i for i in range(len(ranges)) if start[i] <= x <= end[i]]
+        assert got[k] == (around[-1] if around else -1), (ranges, x)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 2), st.integers(0, 60), st.integers(0, 40),
+                          st.sampled_from(["step", "fwd", "bwd", None]), st.sampled_from(["push_pop", "start_end"])),
+                max_size=12),
+       st.lists(st.tuples(st.integers(1, 2), st.integers(0, 110), st.sampled_from(["gemm", "norm"])),
+                min_size=1, max_size=14))
+@example(ranges=[(1, 0, 40, "step", "push_pop"), (1, 10, 20, None, "push_pop")], launched=[(1, 20, "gemm")])
+def test_occurrence_engine_equals_reference_sql(tmp_path_factory, ranges, launched):
+    """The launch context of every activity (innermost NVTX range of its thread, its text, the occurrence of its
+    signature in that range instance), from the engine and from the reference SQL of _activity_occurrence, on two
+    threads with ranges that nest, cross, share starts and have no text."""
+    from synthetic import make_store
+
+    root = tmp_path_factory.mktemp("occ")
+    kernels = [dict(start_ns=1000 + 10 * i, end_ns=1005 + 10 * i, name=name, correlation_id=100 + i)
+               for i, (_tid, _t, name) in enumerate(launched)]
+    api = [dict(global_pid=1, global_tid=tid, correlation_id=100 + i, start_ns=t, end_ns=t + 1)
+           for i, (tid, t, _name) in enumerate(launched)]
+    nvtx = [dict(global_pid=1, global_tid=tid, start_ns=s, end_ns=s + d, text=text, event_type=kind)
+            for tid, s, d, text, kind in ranges]
+    make_store(root, kernels=kernels, runtime_api=api, nvtx=nvtx)
+    got = {}
+    for mode in ("engine", "sql"):
+        con = traceql.connect(root)
+        analysis.prepare(con, sweeps=mode)
+        got[mode] = con.sql("SELECT activity_id, global_tid, step_start_ns, step_text, occurrence "
+                            "FROM _activity_occurrence ORDER BY ALL").fetchall()
+        con.close()
+    assert got["engine"] == got["sql"]

@@ -38,20 +38,21 @@ BUNDLE_ROWS = 1 << 16  # rows of small devices swept together in one task
 Columns = dict[str, np.ndarray]
 
 
-def _grouped(con: duckdb.DuckDBPyConnection, sql: str, order: str = "") -> Iterator[tuple[tuple[str, int], Columns]]:
-    """The rows of ``sql`` (which has columns run_id and device_id) per (run, device), in that order: one scan,
-    streamed in batches; each group's columns as numpy arrays (masked where NULL), without run_id and device_id.
-    A batch is converted to numpy once and its groups are views into it, so a store of thousands of small devices
-    costs one conversion per batch, not one per device."""
-    reader = con.sql(f"SELECT * FROM ({sql}) ORDER BY run_id, device_id{', ' + order if order else ''}") \
+def _grouped(con: duckdb.DuckDBPyConnection, sql: str, order: str = "", by: str = "device_id") \
+        -> Iterator[tuple[tuple[str, int], Columns]]:
+    """The rows of ``sql`` (which has columns run_id and ``by``, a device or a thread) per (run, ``by``), in that
+    order: one scan, streamed in batches; each group's columns as numpy arrays (numbers masked where NULL, text as
+    objects), without run_id and ``by``. A batch is converted to numpy once and its groups are views into it, so a
+    store of thousands of small devices costs one conversion per batch, not one per device."""
+    reader = con.sql(f"SELECT * FROM ({sql}) ORDER BY run_id, {by}{', ' + order if order else ''}") \
         .to_arrow_reader(BATCH_ROWS)
     key, parts = None, []
     for batch in reader:
-        run, dev = batch.column("run_id"), batch.column("device_id")
+        run, dev = batch.column("run_id"), batch.column(by)
         n = batch.num_rows
         if n == 0:
             continue
-        cols = _columns(batch)
+        cols = _columns(batch, skip=("run_id", by))
         change = np.flatnonzero(np.asarray(pc.or_(pc.not_equal(run[1:], run[:-1]),
                                                   pc.not_equal(dev[1:], dev[:-1])), dtype=bool)) + 1
         starts = [0, *change.tolist()]
@@ -74,13 +75,15 @@ def _joined(parts: list[Columns]) -> Columns:
             for c, v in parts[0].items()}
 
 
-def _columns(table: pa.Table | pa.RecordBatch) -> Columns:
+def _columns(table: pa.Table | pa.RecordBatch, skip: tuple[str, ...] = ("run_id", "device_id")) -> Columns:
     out = {}
     for name in table.column_names:
-        if name in ("run_id", "device_id"):
+        if name in skip:
             continue
         col = table.column(name)
-        if col.null_count:
+        if not (pa.types.is_integer(col.type) or pa.types.is_floating(col.type) or pa.types.is_boolean(col.type)):
+            out[name] = col.to_numpy(zero_copy_only=False)  # text: objects, None where NULL
+        elif col.null_count:
             fill = 0.0 if pa.types.is_floating(col.type) else 0
             out[name] = np.ma.masked_array(pc.fill_null(col, fill).to_numpy(zero_copy_only=False),
                                            mask=col.is_null().to_numpy(zero_copy_only=False))
@@ -98,9 +101,14 @@ def _publish(con: duckdb.DuckDBPyConnection, view: str, groups: list[tuple[tuple
     name = f"_engine_{view}"
     con.register(name, table)
     try:
-        con.execute(f'CREATE OR REPLACE TEMP TABLE "_materialized_{view}" AS SELECT * FROM "{name}"')
+        _store(con, view, f'SELECT * FROM "{name}"')
     finally:
         con.unregister(name)
+
+
+def _store(con: duckdb.DuckDBPyConnection, view: str, select: str) -> None:
+    """``view`` now reads the result of ``select``, computed once into a temporary table."""
+    con.execute(f'CREATE OR REPLACE TEMP TABLE "_materialized_{view}" AS {select}')
     con.execute(f'CREATE OR REPLACE VIEW "{view}" AS SELECT * FROM temp."_materialized_{view}"')
 
 
@@ -114,7 +122,8 @@ def _assemble(groups: list[tuple[tuple[str, int], Columns]], schema: pa.Schema,
     run_index = {r: i for i, r in enumerate(runs)}
     run = pa.DictionaryArray.from_arrays(
         pa.array(np.repeat(np.array([run_index[k[0]] for k, _ in groups], dtype=np.int32), sizes)), pa.array(runs))
-    dev = pa.array(np.repeat(np.array([k[1] for k, _ in groups], dtype=np.int32), sizes))
+    key = schema.field(1).type  # the device (or thread) of the groups
+    dev = pa.array(np.repeat(np.array([k[1] for k, _ in groups], dtype=key.to_pandas_dtype()), sizes), type=key)
     arrays = []
     for c in names:
         parts = [cols[c] for _, cols in groups]
@@ -262,4 +271,51 @@ def _corunner_dram(con: duckdb.DuckDBPyConnection) -> None:
              nan_is_null=("co_dram_pct", "co_working_set_bytes"))
 
 
-STAGES = {"_instance_overlap": _overlaps, "_instance_metrics": _metrics, "_corunner_dram": _corunner_dram}
+def _occurrence(con: duckdb.DuckDBPyConnection) -> None:
+    """``_activity_occurrence``: each launch's innermost NVTX range on its thread (``sweeps.innermost``) and the
+    launch's occurrence in that range instance (a window function over the result, in SQL)."""
+    ranges = "event_type IN ('push_pop', 'start_end') AND start_ns IS NOT NULL AND end_ns IS NOT NULL"
+    sql = f"""SELECT run_id, global_tid, 0 AS part, start_ns AS a, end_ns AS b, NULL::UBIGINT AS sig, text
+              FROM nvtx WHERE {ranges} AND global_tid IS NOT NULL
+              UNION ALL
+              SELECT r.run_id, r.global_tid, 1, r.start_ns, a.activity_id, a.sig, NULL
+              FROM _activity_rows a JOIN runtime_api r
+                ON r.run_id = a.run_id AND r.global_pid = a.global_pid AND r.correlation_id = a.correlation_id
+              WHERE r.global_tid IS NOT NULL AND r.start_ns IS NOT NULL"""
+
+    def work(key, d):
+        n_ranges = int(np.searchsorted(d["part"], 1))  # ranges first (part 0), by start and text
+        start, end = np.ma.getdata(d["a"][:n_ranges]), np.ma.getdata(d["b"][:n_ranges])
+        text = d["text"][:n_ranges]
+        t, act, sig = np.ma.getdata(d["a"][n_ranges:]), np.ma.getdata(d["b"][n_ranges:]), d["sig"][n_ranges:]
+        # step_start_ns: the latest start of the ranges around the launch; step_text: the text of the latest
+        # (start, text) among those with a text (SQL's arg_max passes over NULL texts)
+        inner = sweeps.innermost(start, end, t)
+        named = np.flatnonzero(text != None)  # noqa: E711 (elementwise on objects)
+        if len(named) == n_ranges:
+            inner_text = inner
+        else:
+            found = sweeps.innermost(start[named], end[named], t)
+            inner_text = np.where(found >= 0, named[np.maximum(found, 0)], -1)
+        keep = inner >= 0
+        step_text = np.where(inner_text >= 0, text[np.maximum(inner_text, 0)], None)[keep]
+        return {"activity_id": act[keep], "step_start_ns": start[inner[keep]], "step_text": step_text,
+                "sig": np.ma.getdata(sig)[keep], "t": t[keep]}
+
+    groups = ((k, d) for k, d in _grouped(con, sql, "part, a, text", by="global_tid")
+              if 0 < np.searchsorted(d["part"], 1) < len(d["part"]))
+    _publish(con, "_activity_enclosing", _map(groups, work), ENCLOSING_SCHEMA)
+    _store(con, "_activity_occurrence", """
+        SELECT run_id, activity_id, global_tid, step_start_ns, step_text,
+               row_number() OVER (PARTITION BY run_id, global_tid, step_start_ns, sig ORDER BY t, activity_id) - 1
+                   AS occurrence
+        FROM _activity_enclosing""")
+
+
+ENCLOSING_SCHEMA = pa.schema([("run_id", pa.string()), ("global_tid", pa.int64()), ("activity_id", pa.int64()),
+                              ("step_start_ns", pa.int64()), ("step_text", pa.string()), ("sig", pa.uint64()),
+                              ("t", pa.int64())])
+
+
+STAGES = {"_instance_overlap": _overlaps, "_instance_metrics": _metrics, "_corunner_dram": _corunner_dram,
+          "_activity_occurrence": _occurrence}

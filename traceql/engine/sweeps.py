@@ -146,3 +146,36 @@ def sample_means(ts: np.ndarray, values: np.ndarray, start: np.ndarray, end: np.
     around = np.where(i0 > 0, values[np.maximum(i0 - 1, 0)], np.nan)
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(k > 0, (cum[i1] - cum[i0]) / k, around), k
+
+
+def innermost(start: np.ndarray, end: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """For each time of ``t``, the index of the last interval (in the given order) with start <= t <= end, or -1.
+
+    ``start`` sorted (ties in the order the caller wants the last of them chosen): with NVTX ranges sorted by
+    (start, text), the last one around t is the innermost, and ranges may nest or cross. For each t the candidates
+    are the intervals before p (the first start past t); the answer is the last of them that ends at or after t,
+    found by walking back from p - 1 along the chain of previous strictly greater ends (every interval skipped ends
+    no later than the one it is skipped from, so before t). The walk takes as many steps as the ranges are deep.
+    """
+    i = np.searchsorted(start, t, side="right") - 1
+    back = previous_greater(end)
+    todo = np.flatnonzero(i >= 0)
+    todo = todo[end[i[todo]] < t[todo]]
+    while len(todo):
+        i[todo] = back[i[todo]]
+        todo = todo[i[todo] >= 0]
+        todo = todo[end[i[todo]] < t[todo]]
+    return i
+
+
+def previous_greater(v: np.ndarray) -> np.ndarray:
+    """For each k, the largest j < k with v[j] > v[k], or -1, by pointer jumping: every element between a
+    candidate j and k is at most v[k], so a candidate with v[j] <= v[k] can jump to its own candidate."""
+    back = np.arange(len(v)) - 1
+    todo = np.flatnonzero(back >= 0)
+    todo = todo[v[back[todo]] <= v[todo]]
+    while len(todo):
+        back[todo] = back[back[todo]]
+        todo = todo[back[todo] >= 0]
+        todo = todo[v[back[todo]] <= v[todo]]
+    return back
