@@ -164,6 +164,7 @@ def test_innermost_matches_brute_force(ranges, times):
        st.lists(st.tuples(st.integers(1, 2), st.integers(0, 110), st.sampled_from(["gemm", "norm"])),
                 min_size=1, max_size=14))
 @example(ranges=[(1, 0, 40, "step", "push_pop"), (1, 10, 20, None, "push_pop")], launched=[(1, 20, "gemm")])
+@example(ranges=[(1, 0, 0, None, "push_pop")], launched=[(1, 0, "gemm")])
 def test_occurrence_engine_equals_reference_sql(tmp_path_factory, ranges, launched):
     """The launch context of every activity (innermost NVTX range of its thread, its text, the occurrence of its
     signature in that range instance), from the engine and from the reference SQL of _activity_occurrence, on two
@@ -181,8 +182,24 @@ def test_occurrence_engine_equals_reference_sql(tmp_path_factory, ranges, launch
     got = {}
     for mode in ("engine", "sql"):
         con = traceql.connect(root)
+        analysis.group_by_nvtx(con, "[sb]*")  # the innermost range whose text matches, as --group-by-nvtx asks
         analysis.prepare(con, sweeps=mode)
-        got[mode] = con.sql("SELECT activity_id, global_tid, step_start_ns, step_text, occurrence "
-                            "FROM _activity_occurrence ORDER BY ALL").fetchall()
+        got[mode] = (con.sql("SELECT activity_id, global_tid, step_start_ns, step_text, occurrence "
+                             "FROM _activity_occurrence ORDER BY ALL").fetchall(),
+                     con.sql("SELECT activity_id, nvtx FROM _activity_groups ORDER BY ALL").fetchall())
         con.close()
     assert got["engine"] == got["sql"]
+
+
+def test_nvtx_groups_engine_equals_reference_sql(train_ddp_run):
+    """--group-by-nvtx on a real DDP trace: the same group for every kernel, and the same attribution, from the
+    engine's sweep and from the reference SQL's range join."""
+    got = {}
+    for mode in ("engine", "sql"):
+        con = traceql.connect(train_ddp_run)
+        analysis.group_by_nvtx(con, "*")
+        analysis.prepare(con, sweeps=mode)
+        got[mode] = [con.sql(f"SELECT * FROM {v} ORDER BY ALL").fetchall()
+                     for v in ("_activity_groups", "_signature_stats")]
+        con.close()
+    assert got["engine"][0] and got["engine"] == got["sql"]

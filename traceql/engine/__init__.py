@@ -271,12 +271,13 @@ def _corunner_dram(con: duckdb.DuckDBPyConnection) -> None:
              nan_is_null=("co_dram_pct", "co_working_set_bytes"))
 
 
-def _occurrence(con: duckdb.DuckDBPyConnection) -> None:
-    """``_activity_occurrence``: each launch's innermost NVTX range on its thread (``sweeps.innermost``) and the
-    launch's occurrence in that range instance (a window function over the result, in SQL)."""
-    ranges = "event_type IN ('push_pop', 'start_end') AND start_ns IS NOT NULL AND end_ns IS NOT NULL"
+def _enclosing(con: duckdb.DuckDBPyConnection, view: str, ranges: str) -> None:
+    """Publish as ``view`` each launch's innermost range among the NVTX ranges of its thread that ``ranges`` (a
+    condition on ``nvtx``) selects: its start (the latest start of the ranges around the launch), its text (that of
+    the latest (start, text) among those with a text: SQL's ``arg_max`` passes over NULL texts), and the launch's
+    signature and time. Launches with no range around them have no row."""
     sql = f"""SELECT run_id, global_tid, 0 AS part, start_ns AS a, end_ns AS b, NULL::UBIGINT AS sig, text
-              FROM nvtx WHERE {ranges} AND global_tid IS NOT NULL
+              FROM nvtx WHERE {ranges} AND start_ns IS NOT NULL AND end_ns IS NOT NULL AND global_tid IS NOT NULL
               UNION ALL
               SELECT r.run_id, r.global_tid, 1, r.start_ns, a.activity_id, a.sig, NULL
               FROM _activity_rows a JOIN runtime_api r
@@ -288,12 +289,12 @@ def _occurrence(con: duckdb.DuckDBPyConnection) -> None:
         start, end = np.ma.getdata(d["a"][:n_ranges]), np.ma.getdata(d["b"][:n_ranges])
         text = d["text"][:n_ranges]
         t, act, sig = np.ma.getdata(d["a"][n_ranges:]), np.ma.getdata(d["b"][n_ranges:]), d["sig"][n_ranges:]
-        # step_start_ns: the latest start of the ranges around the launch; step_text: the text of the latest
-        # (start, text) among those with a text (SQL's arg_max passes over NULL texts)
         inner = sweeps.innermost(start, end, t)
         named = np.flatnonzero(text != None)  # noqa: E711 (elementwise on objects)
         if len(named) == n_ranges:
             inner_text = inner
+        elif len(named) == 0:
+            inner_text = np.full(len(t), -1)
         else:
             found = sweeps.innermost(start[named], end[named], t)
             inner_text = np.where(found >= 0, named[np.maximum(found, 0)], -1)
@@ -304,12 +305,29 @@ def _occurrence(con: duckdb.DuckDBPyConnection) -> None:
 
     groups = ((k, d) for k, d in _grouped(con, sql, "part, a, text", by="global_tid")
               if 0 < np.searchsorted(d["part"], 1) < len(d["part"]))
-    _publish(con, "_activity_enclosing", _map(groups, work), ENCLOSING_SCHEMA)
+    _publish(con, view, _map(groups, work), ENCLOSING_SCHEMA)
+
+
+def _occurrence(con: duckdb.DuckDBPyConnection) -> None:
+    """``_activity_occurrence``: each launch's innermost NVTX range on its thread (``sweeps.innermost``) and the
+    launch's occurrence in that range instance (a window function over the result, in SQL)."""
+    _enclosing(con, "_activity_enclosing", "event_type IN ('push_pop', 'start_end')")
     _store(con, "_activity_occurrence", """
         SELECT run_id, activity_id, global_tid, step_start_ns, step_text,
                row_number() OVER (PARTITION BY run_id, global_tid, step_start_ns, sig ORDER BY t, activity_id) - 1
                    AS occurrence
         FROM _activity_enclosing""")
+
+
+def _groups(con: duckdb.DuckDBPyConnection) -> None:
+    """``_activity_groups`` when attribution groups by NVTX (``analysis.group_by_nvtx`` left the glob in
+    ``_nvtx_glob``): each launch's innermost range of its thread whose text matches the glob."""
+    asked = con.sql("SELECT count(*) FROM duckdb_tables() WHERE table_name = '_nvtx_glob'").fetchall()[0][0]
+    if not asked:
+        return  # the view stays the empty one of queries/
+    _enclosing(con, "_activity_nvtx_enclosing", "event_type IN ('push_pop', 'start_end') "
+                                                "AND text GLOB (SELECT pattern FROM _nvtx_glob)")
+    _store(con, "_activity_groups", "SELECT run_id, activity_id, step_text AS nvtx FROM _activity_nvtx_enclosing")
 
 
 ENCLOSING_SCHEMA = pa.schema([("run_id", pa.string()), ("global_tid", pa.int64()), ("activity_id", pa.int64()),
@@ -318,4 +336,4 @@ ENCLOSING_SCHEMA = pa.schema([("run_id", pa.string()), ("global_tid", pa.int64()
 
 
 STAGES = {"_instance_overlap": _overlaps, "_instance_metrics": _metrics, "_corunner_dram": _corunner_dram,
-          "_activity_occurrence": _occurrence}
+          "_activity_occurrence": _occurrence, "_activity_groups": _groups}
