@@ -97,13 +97,7 @@ def _publish(con: duckdb.DuckDBPyConnection, view: str, groups: list[tuple[tuple
     """Store the result as the table that ``view`` now reads (the naming of ``queries_loader.materialize``).
     ``groups``: per (run, device), its columns (numpy, masked where NULL; ``nan_is_null``: NaN is NULL), assembled
     into one table with the run and device of each row."""
-    table = _assemble(groups, schema, nan_is_null)
-    name = f"_engine_{view}"
-    con.register(name, table)
-    try:
-        _store(con, view, f'SELECT * FROM "{name}"')
-    finally:
-        con.unregister(name)
+    _store_from(con, view, _assemble(groups, schema, nan_is_null), "SELECT * FROM _input")
 
 
 def _store(con: duckdb.DuckDBPyConnection, view: str, select: str) -> None:
@@ -271,8 +265,8 @@ def _corunner_dram(con: duckdb.DuckDBPyConnection) -> None:
              nan_is_null=("co_dram_pct", "co_working_set_bytes"))
 
 
-def _enclosing(con: duckdb.DuckDBPyConnection, view: str, ranges: str) -> None:
-    """Publish as ``view`` each launch's innermost range among the NVTX ranges of its thread that ``ranges`` (a
+def _enclosing(con: duckdb.DuckDBPyConnection, ranges: str) -> pa.Table:
+    """Each launch's innermost range among the NVTX ranges of its thread that ``ranges`` (a
     condition on ``nvtx``) selects: its start (the latest start of the ranges around the launch), its text (that of
     the latest (start, text) among those with a text: SQL's ``arg_max`` passes over NULL texts), and the launch's
     signature and time. Launches with no range around them have no row."""
@@ -305,18 +299,26 @@ def _enclosing(con: duckdb.DuckDBPyConnection, view: str, ranges: str) -> None:
 
     groups = ((k, d) for k, d in _grouped(con, sql, "part, a, text", by="global_tid")
               if 0 < np.searchsorted(d["part"], 1) < len(d["part"]))
-    _publish(con, view, _map(groups, work), ENCLOSING_SCHEMA)
+    return _assemble(_map(groups, work), ENCLOSING_SCHEMA, ())
+
+
+def _store_from(con: duckdb.DuckDBPyConnection, view: str, table: pa.Table, select: str) -> None:
+    """``view`` reads ``select`` over ``table`` (named ``_input`` there), computed once; ``table`` is not kept."""
+    con.register("_input", table)
+    try:
+        _store(con, view, select)
+    finally:
+        con.unregister("_input")
 
 
 def _occurrence(con: duckdb.DuckDBPyConnection) -> None:
     """``_activity_occurrence``: each launch's innermost NVTX range on its thread (``sweeps.innermost``) and the
     launch's occurrence in that range instance (a window function over the result, in SQL)."""
-    _enclosing(con, "_activity_enclosing", "event_type IN ('push_pop', 'start_end')")
-    _store(con, "_activity_occurrence", """
+    _store_from(con, "_activity_occurrence", _enclosing(con, "event_type IN ('push_pop', 'start_end')"), """
         SELECT run_id, activity_id, global_tid, step_start_ns, step_text,
                row_number() OVER (PARTITION BY run_id, global_tid, step_start_ns, sig ORDER BY t, activity_id) - 1
                    AS occurrence
-        FROM _activity_enclosing""")
+        FROM _input""")
 
 
 def _groups(con: duckdb.DuckDBPyConnection) -> None:
@@ -325,9 +327,8 @@ def _groups(con: duckdb.DuckDBPyConnection) -> None:
     asked = con.sql("SELECT count(*) FROM duckdb_tables() WHERE table_name = '_nvtx_glob'").fetchall()[0][0]
     if not asked:
         return  # the view stays the empty one of queries/
-    _enclosing(con, "_activity_nvtx_enclosing", "event_type IN ('push_pop', 'start_end') "
-                                                "AND text GLOB (SELECT pattern FROM _nvtx_glob)")
-    _store(con, "_activity_groups", "SELECT run_id, activity_id, step_text AS nvtx FROM _activity_nvtx_enclosing")
+    matching = _enclosing(con, "event_type IN ('push_pop', 'start_end') AND text GLOB (SELECT pattern FROM _nvtx_glob)")
+    _store_from(con, "_activity_groups", matching, "SELECT run_id, activity_id, step_text AS nvtx FROM _input")
 
 
 ENCLOSING_SCHEMA = pa.schema([("run_id", pa.string()), ("global_tid", pa.int64()), ("activity_id", pa.int64()),
