@@ -203,3 +203,22 @@ def test_nvtx_groups_engine_equals_reference_sql(train_ddp_run):
                      for v in ("_activity_groups", "_signature_stats")]
         con.close()
     assert got["engine"][0] and got["engine"] == got["sql"]
+
+
+def test_baselines_streamed_in_small_batches_equal_one_batch(train_ddp_run, monkeypatch):
+    """The baselines read the facts as a stream and cut it per signature, a signature's rows spanning batches: with
+    batches of 7 rows the two tables are those of one batch (a real DDP trace)."""
+    from traceql import baselines
+
+    def tables() -> tuple[list, list]:
+        con = traceql.connect(train_ddp_run)
+        analysis.prepare(con)
+        inst, stats = baselines.compute(con)
+        con.close()
+        return inst.to_pylist(), stats.to_pylist()
+
+    whole = tables()
+    monkeypatch.setattr(baselines, "FACT_BATCH_ROWS", 7)
+    streamed = tables()
+    assert len(whole[0]) > 7 * 100 and len(whole[1]) > 10
+    assert streamed == whole

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import duckdb
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from . import duck, stats
 
@@ -102,76 +103,125 @@ def _modes(x: np.ndarray) -> np.ndarray:
     return np.array([merged.get(v, -1) for v in labels])
 
 
+FACT_BATCH_ROWS = 1 << 20  # facts read from DuckDB per batch: the memory of the read, whatever the store's size
+
+
 def compute(con: duckdb.DuckDBPyConnection, external: External | None = None,
             gpu_names: dict[tuple[str, int], str] | None = None) -> tuple[pa.Table, pa.Table]:
     """Both tables for every activity of ``con``'s ``instance_facts``.
 
     The baseline pool of an instance is its signature on its device (split into duration modes where it is a
     mixture); NVTX groups, when asked for, divide the overlapped instances of a pool into rows, never the pool.
+    The facts are read in one ordered scan, streamed, and each signature is computed as soon as its rows are in
+    (signatures in parallel threads, a few waiting at most), so memory holds a few batches, not the whole store.
     """
-    facts = con.sql(f"SELECT {FACT_COLUMNS} FROM _instance_facts "
-                    "ORDER BY run_id, device_id, sig, start_ns, activity_id").fetchnumpy()
-    n = len(facts["activity_id"])
-    inst = {"run_id": facts["run_id"], "activity_id": np.asarray(facts["activity_id"], dtype=np.int64),
-            "group_id": np.full(n, -1, dtype=np.int64), "pool_id": np.full(n, -1, dtype=np.int64),
-            "t0_ns": np.full(n, np.nan), "baseline": np.full(n, None)}
-    rows: list[dict] = []
-    if n == 0:
-        return _instances_table(inst), pa.Table.from_pylist([], schema=STATS_SCHEMA)
-    f = {
-        "run": np.asarray(facts["run_id"], dtype=object), "dev": np.asarray(facts["device_id"], dtype=np.int64),
-        "nvtx": np.asarray(_filled(facts["nvtx"], None), dtype=object),
-        "sig": np.asarray(facts["sig"], dtype=np.uint64),
-        "occ": np.asarray(_filled(facts["occurrence"], -1), dtype=np.int64),
-        "text": np.asarray(_filled(facts["step_text"], None), dtype=object),
-        "step": np.asarray(_filled(facts["step_start_ns"], -1), dtype=np.int64),
-        "start": np.asarray(facts["start_ns"], dtype=np.int64), "dur": np.asarray(facts["dur_ns"], dtype=np.float64),
-        "ovl": np.asarray(facts["overlap_ns"], dtype=np.int64),
-    }
-    run, dev, sig = f["run"], f["dev"], f["sig"]
-    # rows come sorted by pool: cut where (run, device, signature) changes
-    cut = np.ones(n, dtype=bool)
-    cut[1:] = (run[1:] != run[:-1]) | (dev[1:] != dev[:-1]) | (sig[1:] != sig[:-1])
-    bounds = np.append(np.flatnonzero(cut), n)
+    reader = con.sql(f"SELECT {FACT_COLUMNS} FROM _instance_facts "
+                     "ORDER BY run_id, device_id, sig, start_ns, activity_id").to_arrow_reader(FACT_BATCH_ROWS)
 
-    def signature(a: int, b: int) -> list[tuple[np.ndarray, list[tuple[dict, np.ndarray]]]]:
+    def signature(f: dict) -> list[tuple[np.ndarray, list[tuple[dict, np.ndarray]]]]:
         """The pools one signature becomes, each with its rows (group ids are given afterwards, in order)."""
+        run, dev, sig = f["run"], f["dev"], f["sig"]
         ext = None
         if external is not None and gpu_names is not None:
-            ext = external.durations.get((gpu_names.get((run[a], int(dev[a])), ""), int(sig[a])))
+            ext = external.durations.get((gpu_names.get((run[0], int(dev[0])), ""), int(sig[0])))
         pools = []
-        for sub, pool, split, conflated in _split(np.arange(a, b), f):
+        for sub, pool, split, conflated in _split(np.arange(len(sig)), f):
             base = _baseline(pool, f, ext, bool(external and external.replace), conflated)
             nv = f["nvtx"][pool]
             pool_rows = []
             for group in sorted(set(nv), key=lambda v: (v is not None, v or "")):
                 idx = pool[np.array([v == group for v in nv])]
-                key = (run[a], int(dev[a]), group, int(sig[a]), sub)
-                pool_rows.append((_row(-1, key, split, conflated, idx, f, base, inst), idx))
+                key = (run[0], int(dev[0]), group, int(sig[0]), sub)
+                pool_rows.append((_row(-1, key, split, conflated, idx, f, base), idx))
             pools.append((pool, pool_rows))
         return pools
 
-    # signatures are independent and write disjoint instances: numpy's sorts and medians run in parallel threads
-    with ThreadPoolExecutor(max(1, min(duck.usable_cpus(), len(bounds) - 1))) as threads:
-        per_signature = list(threads.map(signature, bounds[:-1].tolist(), bounds[1:].tolist()))
+    rows: list[dict] = []
+    parts: list[dict] = []  # per signature, its instances' columns
     pool_id = 0
-    for pools in per_signature:
+
+    def collect(f: dict, pools) -> None:
+        nonlocal pool_id
+        n = len(f["sig"])
+        inst = {"run_id": f["run"], "activity_id": f["activity_id"], "group_id": np.full(n, -1, dtype=np.int64),
+                "pool_id": np.full(n, -1, dtype=np.int64), "t0_ns": np.full(n, np.nan), "baseline": np.full(n, None)}
         for pool, pool_rows in pools:
             inst["pool_id"][pool] = pool_id
             pool_id += 1
             for row, idx in pool_rows:
                 row["group_id"] = len(rows)
                 inst["group_id"][idx] = row["group_id"]
+                t0_each, source = row.pop("_t0_each"), row.pop("_source")
+                if t0_each is not None:
+                    inst["t0_ns"][idx] = t0_each
+                    inst["baseline"][idx] = source
                 rows.append(row)
-    return _instances_table(inst), pa.Table.from_pylist(rows, schema=STATS_SCHEMA)
+        parts.append(inst)
+
+    # signatures are independent: numpy's sorts and medians run in parallel threads, in order of the scan
+    workers = max(1, duck.usable_cpus())
+    pending: list = []
+    with ThreadPoolExecutor(workers) as threads:
+        for f in _signatures(reader):
+            pending.append((f, threads.submit(signature, f)))
+            while len(pending) > 2 * workers:
+                done, future = pending.pop(0)
+                collect(done, future.result())
+        for done, future in pending:
+            collect(done, future.result())
+    return _instances_table(parts), pa.Table.from_pylist(rows, schema=STATS_SCHEMA)
 
 
-def _filled(col, fill):
-    if not np.ma.isMaskedArray(col):
-        return col
-    out = np.asarray(col.data, dtype=object if fill is None else col.dtype).copy()
-    out[np.ma.getmaskarray(col)] = fill  # np.ma.filled(col, None) would fill with the dtype's default ('?')
-    return out
+def _signatures(reader: pa.RecordBatchReader):
+    """The facts of each (run, device, signature), as the columns ``_split``, ``_baseline`` and ``_row`` read, cut
+    from the ordered batches of ``reader`` (a signature's rows may span batches)."""
+    carry: list[dict] | None = None  # the signature the previous batch ended with
+    for batch in reader:
+        n = batch.num_rows
+        if n == 0:
+            continue
+        f = _fact_columns(batch)
+        run, dev, sig = f["run"], f["dev"], f["sig"]
+        cut = np.ones(n, dtype=bool)
+        cut[1:] = (run[1:] != run[:-1]) | (dev[1:] != dev[:-1]) | (sig[1:] != sig[:-1])
+        starts = np.flatnonzero(cut).tolist()
+        for a, b in zip(starts, [*starts[1:], n], strict=True):
+            piece = {k: v[a:b] for k, v in f.items()}
+            if a == 0 and carry is not None:
+                last = carry[-1]
+                if (last["run"][-1], last["dev"][-1], last["sig"][-1]) == (run[0], dev[0], sig[0]):
+                    piece = _joined([*carry, piece])
+                else:
+                    yield _joined(carry)
+                carry = None
+            if b == n:
+                carry = [piece]
+            else:
+                yield piece
+    if carry is not None:
+        yield _joined(carry)
+
+
+def _joined(parts: list[dict]) -> dict:
+    return parts[0] if len(parts) == 1 else {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+
+
+def _fact_columns(batch: pa.RecordBatch) -> dict:
+    facts = {name: batch.column(name) for name in batch.schema.names}
+
+    def numbers(name: str, fill: int, dtype) -> np.ndarray:
+        return np.asarray(pc.fill_null(facts[name], fill).to_numpy(zero_copy_only=False), dtype=dtype)
+
+    def objects(name: str) -> np.ndarray:
+        return np.asarray(facts[name].to_numpy(zero_copy_only=False), dtype=object)  # None where NULL
+
+    return {
+        "run": objects("run_id"), "dev": numbers("device_id", 0, np.int64), "nvtx": objects("nvtx"),
+        "sig": numbers("sig", 0, np.uint64), "occ": numbers("occurrence", -1, np.int64), "text": objects("step_text"),
+        "step": numbers("step_start_ns", -1, np.int64), "start": numbers("start_ns", 0, np.int64),
+        "dur": numbers("dur_ns", 0, np.float64), "ovl": numbers("overlap_ns", 0, np.int64),
+        "activity_id": numbers("activity_id", 0, np.int64),
+    }
 
 
 # Launch contexts that say which kind of work an instance of a mixed signature is, most specific first: the same
@@ -268,7 +318,8 @@ def _baseline(pool: np.ndarray, f: dict, ext, ext_replaces: bool, conflated: boo
     return base
 
 
-def _row(gid: int, key: tuple, split, conflated: bool, idx: np.ndarray, f: dict, base: _Base, inst: dict) -> dict:
+def _row(gid: int, key: tuple, split, conflated: bool, idx: np.ndarray, f: dict, base: _Base) -> dict:
+    """The group's row of ``_signature_stats``; its instances' baseline (``_t0_each``, ``_source``) rides along."""
     run_id, device_id, nvtx, sig, sub = key
     dur = f["dur"]
     is_ovl = f["ovl"][idx] > 0
@@ -278,7 +329,8 @@ def _row(gid: int, key: tuple, split, conflated: bool, idx: np.ndarray, f: dict,
                n=len(idx), n_overlapped=int(is_ovl.sum()), n_isolated=base.n_isolated, conflated=conflated,
                t1_ns=None, t1_lo_ns=None, t1_hi_ns=None, t0_ns=None, t0_lo_ns=None, t0_hi_ns=None, t0_spread=None,
                slowdown=None, slowdown_lo=None, slowdown_hi=None, significant=False, baseline=base.source,
-               drift_tau=tau, drift_p=p, drift=rel, baseline_drift=base.per_instance is not None, note=base.note)
+               drift_tau=tau, drift_p=p, drift=rel, baseline_drift=base.per_instance is not None, note=base.note,
+               _t0_each=None, _source=None)
     if len(t1s):
         row["t1_ns"], row["t1_lo_ns"], row["t1_hi_ns"] = _nan_none(stats.median_ci(t1s, LEVEL))
     if base.t0s is None:
@@ -289,8 +341,7 @@ def _row(gid: int, key: tuple, split, conflated: bool, idx: np.ndarray, f: dict,
         t0_each = np.array([base.per_instance[i] for i in idx.tolist()])
     else:
         t0_each = np.full(len(idx), stats.sorted_median(np.sort(base.t0s)))
-    inst["t0_ns"][idx] = t0_each
-    inst["baseline"][idx] = base.source
+    row["_t0_each"], row["_source"] = t0_each, base.source
     if len(t1s):
         # seeded by the data, not the name: the same durations give the same interval whatever the kernel is called
         seed_key = (nvtx, sub, hashlib.blake2b(np.sort(base.t0s).tobytes() + np.sort(t1s).tobytes(),
@@ -325,8 +376,11 @@ def _nearest(t: np.ndarray, t_iso: np.ndarray, d_iso: np.ndarray) -> np.ndarray:
     return out
 
 
-def _instances_table(inst: dict) -> pa.Table:
-    cols = {k: pa.array(list(v) if k == "baseline" else v, type=INSTANCE_SCHEMA.field(k).type)
+def _instances_table(parts: list[dict]) -> pa.Table:
+    if not parts:
+        return INSTANCE_SCHEMA.empty_table()
+    inst = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+    cols = {k: pa.array(list(v) if k in ("baseline", "run_id") else v, type=INSTANCE_SCHEMA.field(k).type)
             for k, v in inst.items() if k != "t0_ns"}
     cols["t0_ns"] = pa.array(inst["t0_ns"], mask=np.isnan(inst["t0_ns"]), type=pa.float64())
     return pa.table(cols).select(INSTANCE_SCHEMA.names).cast(INSTANCE_SCHEMA)
