@@ -25,3 +25,44 @@ def test_connections_use_the_cpus_the_process_is_bound_to():
     plain, ours, usable = map(int, out)
     assert usable == 1 and ours == 1
     assert plain > 1  # DuckDB alone sizes its pool from the host: what traceql corrects
+
+
+def test_memory_limit_is_applied_and_gives_the_same_attribution(train_ddp_run, monkeypatch, capsys):
+    """$TRACEQL_MEMORY_LIMIT caps DuckDB's memory (its tables spill to a temporary folder past it): the attribution of
+    a real DDP trace under a 64 MB cap is the same as without one; under 4 MB the command says it ran out of memory
+    and what to do, with exit status 2 and no traceback."""
+    import traceql
+    from traceql import analysis
+    from traceql.cli import main
+
+    def attribution() -> tuple[list, str]:
+        con = traceql.connect(train_ddp_run)
+        analysis.prepare(con)
+        rows = con.sql("SELECT * FROM kernel_attribution ORDER BY ALL").fetchall()
+        limit = con.sql("SELECT current_setting('memory_limit')").fetchall()[0][0]
+        con.close()
+        return rows, limit
+
+    free, default = attribution()
+    monkeypatch.setenv("TRACEQL_MEMORY_LIMIT", "64MB")
+    capped, limit = attribution()
+    assert capped == free and len(free) > 10
+    assert limit != default and limit.startswith("61.")  # 64 MB is 61.0 MiB, as DuckDB shows it
+
+    monkeypatch.setenv("TRACEQL_MEMORY_LIMIT", "4MB")
+    monkeypatch.setattr(sys, "argv", ["traceql", "attribute", str(train_ddp_run)])
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exited:
+        main()
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and "Traceback" not in err
+    assert "out of memory" in err and "TRACEQL_MEMORY_LIMIT=4MB is too small" in err
+
+
+def test_a_bad_memory_limit_is_bad_input(monkeypatch):
+    from traceql import duck
+    from traceql.errors import BadInputError
+
+    monkeypatch.setenv("TRACEQL_MEMORY_LIMIT", "lots")
+    with pytest.raises(BadInputError, match="TRACEQL_MEMORY_LIMIT='lots'"):
+        duck.connect()

@@ -588,7 +588,30 @@ def main() -> None:
         if type(exc).__name__ != "NoArgsIsHelpError" and hasattr(exc, "show"):  # help was printed already
             exc.show()
         sys.exit(EXIT_BAD_INPUT)
+    except _out_of_memory() as exc:
+        _err(_out_of_memory_text(exc))
+        sys.exit(EXIT_BAD_INPUT)
     sys.exit(rc if isinstance(rc, int) else 0)
+
+
+def _out_of_memory() -> tuple[type[Exception], ...]:
+    import duckdb  # only once something failed: the other commands need not import it
+
+    return (duckdb.OutOfMemoryException, MemoryError)
+
+
+def _out_of_memory_text(exc: Exception) -> str:
+    import os
+
+    from .duck import MEMORY_LIMIT_ENV
+
+    first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    limit = os.environ.get(MEMORY_LIMIT_ENV, "").strip()
+    advice = (f"{MEMORY_LIMIT_ENV}={limit} is too small for this work: raise it (DuckDB's tables spill to disk past "
+              "it)" if limit else
+              f"set {MEMORY_LIMIT_ENV} (e.g. 4GB) below the memory this machine has free, so that DuckDB's tables "
+              "spill to disk, or analyse fewer runs at a time")
+    return f"out of memory: {first}; {advice}"
 
 
 if __name__ == "__main__":

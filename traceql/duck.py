@@ -9,6 +9,7 @@ follow the affinity; every connection traceql opens does too.
 from __future__ import annotations
 
 import os
+import tempfile
 
 import duckdb
 
@@ -20,6 +21,27 @@ def usable_cpus() -> int:
     return os.cpu_count() or 1
 
 
+MEMORY_LIMIT_ENV = "TRACEQL_MEMORY_LIMIT"
+
+
 def connect() -> duckdb.DuckDBPyConnection:
-    """An in-memory DuckDB connection with one thread per usable CPU."""
-    return duckdb.connect(config={"threads": usable_cpus()})
+    """An in-memory DuckDB connection with one thread per usable CPU.
+
+    ``$TRACEQL_MEMORY_LIMIT`` (DuckDB's size syntax: ``2GB``, ``800MiB``) caps the memory DuckDB keeps: past it,
+    the tables an analysis computes once spill to a folder under the system's temporary directory. Without it,
+    DuckDB's own default applies (80% of the machine's memory).
+    """
+    config: dict[str, str | int] = {"threads": usable_cpus()}
+    limit = os.environ.get(MEMORY_LIMIT_ENV, "").strip()
+    if limit:
+        config["memory_limit"] = limit
+        config["temp_directory"] = os.path.join(tempfile.gettempdir(), f"traceql-spill-{os.getpid()}")
+    try:
+        return duckdb.connect(config=config)
+    except duckdb.Error as exc:
+        if not limit:
+            raise
+        from .errors import BadInputError
+
+        raise BadInputError(f"{MEMORY_LIMIT_ENV}={limit!r} is not a size DuckDB accepts (e.g. 2GB, 800MiB): "
+                            f"{str(exc).splitlines()[0]}") from None
