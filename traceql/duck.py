@@ -8,7 +8,10 @@ follow the affinity; every connection traceql opens does too.
 
 from __future__ import annotations
 
+import atexit
+import functools
 import os
+import shutil
 import tempfile
 
 import duckdb
@@ -24,6 +27,15 @@ def usable_cpus() -> int:
 MEMORY_LIMIT_ENV = "TRACEQL_MEMORY_LIMIT"
 
 
+@functools.cache
+def _spill_folder() -> str:
+    """This process's folder for DuckDB's spilled tables, removed at exit (DuckDB leaves it when a connection is
+    never closed)."""
+    folder = os.path.join(tempfile.gettempdir(), f"traceql-spill-{os.getpid()}")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return folder
+
+
 def connect() -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB connection with one thread per usable CPU.
 
@@ -35,7 +47,7 @@ def connect() -> duckdb.DuckDBPyConnection:
     limit = os.environ.get(MEMORY_LIMIT_ENV, "").strip()
     if limit:
         config["memory_limit"] = limit
-        config["temp_directory"] = os.path.join(tempfile.gettempdir(), f"traceql-spill-{os.getpid()}")
+        config["temp_directory"] = _spill_folder()
     try:
         return duckdb.connect(config=config)
     except duckdb.Error as exc:
