@@ -137,14 +137,18 @@ def compute(con: duckdb.DuckDBPyConnection, external: External | None = None,
         return pools
 
     rows: list[dict] = []
-    parts: list[dict] = []  # per signature, its instances' columns
+    parts: list[dict] = []  # per signature, its instances' columns (run and baseline source as codes)
+    runs: dict[str, int] = {}
+    sources: dict[str, int] = {}
     pool_id = 0
 
     def collect(f: dict, pools) -> None:
         nonlocal pool_id
         n = len(f["sig"])
-        inst = {"run_id": f["run"], "activity_id": f["activity_id"], "group_id": np.full(n, -1, dtype=np.int64),
-                "pool_id": np.full(n, -1, dtype=np.int64), "t0_ns": np.full(n, np.nan), "baseline": np.full(n, None)}
+        inst = {"run_id": np.full(n, runs.setdefault(f["run"][0], len(runs)), dtype=np.int32),
+                "activity_id": f["activity_id"], "group_id": np.full(n, -1, dtype=np.int64),
+                "pool_id": np.full(n, -1, dtype=np.int64), "t0_ns": np.full(n, np.nan),
+                "baseline": np.full(n, -1, dtype=np.int32)}
         for pool, pool_rows in pools:
             inst["pool_id"][pool] = pool_id
             pool_id += 1
@@ -154,7 +158,7 @@ def compute(con: duckdb.DuckDBPyConnection, external: External | None = None,
                 t0_each, source = row.pop("_t0_each"), row.pop("_source")
                 if t0_each is not None:
                     inst["t0_ns"][idx] = t0_each
-                    inst["baseline"][idx] = source
+                    inst["baseline"][idx] = -1 if source is None else sources.setdefault(source, len(sources))
                 rows.append(row)
         parts.append(inst)
 
@@ -169,7 +173,7 @@ def compute(con: duckdb.DuckDBPyConnection, external: External | None = None,
                 collect(done, future.result())
         for done, future in pending:
             collect(done, future.result())
-    return _instances_table(parts), pa.Table.from_pylist(rows, schema=STATS_SCHEMA)
+    return _instances_table(parts, list(runs), list(sources)), pa.Table.from_pylist(rows, schema=STATS_SCHEMA)
 
 
 def _signatures(reader: pa.RecordBatchReader):
@@ -376,12 +380,16 @@ def _nearest(t: np.ndarray, t_iso: np.ndarray, d_iso: np.ndarray) -> np.ndarray:
     return out
 
 
-def _instances_table(parts: list[dict]) -> pa.Table:
+def _instances_table(parts: list[dict], runs: list[str], sources: list[str]) -> pa.Table:
+    """One table of the instances' columns; run ids and baseline sources come as codes into ``runs``/``sources``."""
     if not parts:
         return INSTANCE_SCHEMA.empty_table()
     inst = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
-    cols = {k: pa.array(list(v) if k in ("baseline", "run_id") else v, type=INSTANCE_SCHEMA.field(k).type)
-            for k, v in inst.items() if k != "t0_ns"}
+    cols = {k: pa.array(v, type=INSTANCE_SCHEMA.field(k).type) for k, v in inst.items()
+            if k not in ("run_id", "baseline", "t0_ns")}
+    cols["run_id"] = pa.DictionaryArray.from_arrays(pa.array(inst["run_id"]), pa.array(runs, pa.string()))
+    code = inst["baseline"]
+    cols["baseline"] = pa.DictionaryArray.from_arrays(pa.array(code, mask=code < 0), pa.array(sources, pa.string()))
     cols["t0_ns"] = pa.array(inst["t0_ns"], mask=np.isnan(inst["t0_ns"]), type=pa.float64())
     return pa.table(cols).select(INSTANCE_SCHEMA.names).cast(INSTANCE_SCHEMA)
 
