@@ -1423,6 +1423,18 @@ def _attr_manifest_garbage(env):
     return _attribute(env, s, named=_manifest(s))
 
 
+@case("attribute", "TRACEQL_MEMORY_LIMIT that is not a size", words=("not a size", "e.g. 2GB"))
+def _attr_memory_limit_garbage(env):
+    s = env.inputs["store"]
+    return env.cli("attribute", s, named="TRACEQL_MEMORY_LIMIT='lots'", watch=[s], env={"TRACEQL_MEMORY_LIMIT": "lots"})
+
+
+@case("attribute", "TRACEQL_MEMORY_LIMIT too small for the work", words=("out of memory", "raise it"))
+def _attr_memory_limit_tiny(env):
+    s = env.inputs["store"]
+    return env.cli("attribute", s, named="TRACEQL_MEMORY_LIMIT=4MB", watch=[s], env={"TRACEQL_MEMORY_LIMIT": "4MB"})
+
+
 @case("attribute", "a run store of a future schema version", words=("schema version 99", "traceql"))
 def _attr_future_store(env):
     s = _store_copy(env, "synthetic")
