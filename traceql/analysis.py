@@ -18,8 +18,8 @@ from .queries_loader import materialize
 
 # computed once, upstream first: each is read by several views downstream; the engine's stages replace theirs.
 # devices and _ncu_demand are small but read by many views: over a store of many runs each read opens a file per run
-UPSTREAM = ("devices", "_ncu_demand", "_activity_rows", "_signatures", "_instance_overlap", "_instance_metrics", "_activity_dram",
-            "_corunner_dram", "_activity_occurrence", "_activity_groups", "_instance_facts")
+UPSTREAM = ("devices", "_ncu_demand", "_activity_rows", "_signatures", "_instance_overlap", "_instance_metrics",
+            "_activity_dram", "_corunner_dram", "_activity_occurrence", "_activity_groups", "_instance_facts")
 # the reference SQL of the engine's stages, computed once when prepare(sweeps="sql")
 SQL_STAGES = {"_instance_overlap": ("_activity_steps", "_instance_overlap", "_device_unions"),
               "_instance_metrics": ("_metric_samples", "_instance_metrics")}

@@ -16,7 +16,6 @@ a connection is queried without ``traceql.analysis.prepare``; ``tests/test_engin
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 
@@ -25,6 +24,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..duck import usable_cpus
 from ..queries_loader import materialize
 from . import sweeps
 
@@ -133,10 +133,10 @@ def _assemble(groups: list[tuple[tuple[str, int], Columns]], schema: pa.Schema,
 
 def _map(groups: Iterator[tuple[tuple[str, int], Columns]], work: Callable[[tuple[str, int], Columns], Columns]) \
         -> list[tuple[tuple[str, int], Columns]]:
-    """Read the groups on the calling thread (one DuckDB connection), sweep them in parallel threads; at most two
-    groups per thread wait for their turn, so memory stays that of a few devices. Small groups are swept in
-    bundles (one task per ``BUNDLE_ROWS`` rows), so that a store of thousands of small devices is not a task each."""
-    workers = os.cpu_count() or 1
+    """Read the groups on the calling thread (one DuckDB connection), sweep them in parallel threads, a thread per
+    usable CPU; at most two tasks per thread wait for their turn, so memory stays that of a few devices. Small groups
+    are swept in bundles (one task per ``BUNDLE_ROWS`` rows), so that thousands of small devices are not a task each."""
+    workers = usable_cpus()
     out, pending, bundle, rows = [], [], [], 0
 
     def run_bundle(items):
