@@ -84,6 +84,18 @@ def build(root: Path, runs: int, kernels: int) -> None:
     store.reindex(root, entries)
 
 
+def store_of(work: Path, runs: int, kernels: int) -> Path:
+    """``work/store``: the store of ``runs`` runs that ``build`` makes, built unless it is there already."""
+    root = work / "store"
+    have = len(json.loads((root / "manifest.json").read_text())["runs"]) if (root / "manifest.json").exists() else 0
+    if have != runs:
+        shutil.rmtree(root, ignore_errors=True)
+        t = time.perf_counter()
+        build(root, runs, kernels)
+        print(f"built {runs} runs in {time.perf_counter() - t:.1f} s", file=sys.stderr)
+    return root
+
+
 def unsized(root: Path) -> Path:
     """The same runs under an index that records no file sizes (every footer is then checked at open)."""
     other = root.parent / "unsized"
@@ -113,13 +125,7 @@ def main() -> None:
     ap.add_argument("--keep", type=Path, help="build the store here and keep it (reused when it has --runs runs)")
     args = ap.parse_args()
     work = args.keep or Path(tempfile.mkdtemp(prefix="traceql-open-"))
-    root = work / "store"
-    have = len(json.loads((root / "manifest.json").read_text())["runs"]) if (root / "manifest.json").exists() else 0
-    if have != args.runs:
-        shutil.rmtree(root, ignore_errors=True)
-        t = time.perf_counter()
-        build(root, args.runs, args.kernels)
-        print(f"built {args.runs} runs in {time.perf_counter() - t:.1f} s", file=sys.stderr)
+    root = store_of(work, args.runs, args.kernels)
     files = sum(1 for _ in (root / "runs").glob("*/*.parquet"))
     other = unsized(root)
     print(f"store: {args.runs} runs, {files} table files, {args.kernels} kernels per run; "

@@ -20,7 +20,6 @@ process's CPU time and peak RSS:
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import subprocess
@@ -67,16 +66,10 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--keep", type=Path, help="keep the many-run store here (reused when it has --runs runs)")
     args = ap.parse_args()
-    from open_bench import build
+    from open_bench import store_of
 
     work = args.keep or Path(tempfile.mkdtemp(prefix="traceql-report-"))
-    root = work / "store"
-    have = len(json.loads((root / "manifest.json").read_text())["runs"]) if (root / "manifest.json").exists() else 0
-    if have != args.runs:
-        shutil.rmtree(root, ignore_errors=True)
-        t = time.perf_counter()
-        build(root, args.runs, args.kernels)
-        print(f"built {args.runs} runs in {time.perf_counter() - t:.1f} s", file=sys.stderr)
+    root = store_of(work, args.runs, args.kernels)
     out = work / "page.html"
     print(f"load average {os.getloadavg()[0]:.1f}; {os.cpu_count()} CPUs; best of {args.repeat}")
     print(f"{'store':<40} {'case':<16} {'wall s':>7} {'x floor':>8} {'CPU s':>7} {'RSS MiB':>8} "

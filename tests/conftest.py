@@ -136,6 +136,16 @@ def contention_sqlite(raw_dir) -> Path:
     return _decompressed(raw_dir, "contention")
 
 
+def foreign_sqlite(p: Path) -> Path:
+    """An SQLite database of another program (an inventory of parts) at ``p``."""
+    con = sqlite3.connect(p)
+    con.execute("CREATE TABLE parts (id INTEGER, name TEXT)")
+    con.execute("INSERT INTO parts VALUES (1, 'bolt')")
+    con.commit()
+    con.close()
+    return p
+
+
 def raw_query(db: Path, sql: str, params: tuple = ()) -> list[tuple]:
     """Query an nsys SQLite export directly with Python's sqlite3 (read-only)."""
     con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)

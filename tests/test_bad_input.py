@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from conftest import H200, NSYS2022, run_cli
+from conftest import H200, NSYS2022, foreign_sqlite, run_cli
 
 import traceql
 from traceql import store
@@ -32,13 +32,7 @@ def _text_named_sqlite(d: Path, _raw) -> Path:
 
 
 def _foreign_sqlite(d: Path, _raw) -> Path:
-    p = d / "inventory.sqlite"
-    con = sqlite3.connect(p)
-    con.execute("CREATE TABLE parts (id INTEGER, name TEXT)")
-    con.execute("INSERT INTO parts VALUES (1, 'bolt')")
-    con.commit()
-    con.close()
-    return p
+    return foreign_sqlite(d / "inventory.sqlite")
 
 
 def _truncated(d: Path, raw: Path) -> Path:

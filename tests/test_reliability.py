@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from conftest import H200, NSYS2022
+from conftest import foreign_sqlite as foreign_sqlite_at
 from reliability import CASES, Env, Run, case, check
 from synthetic import launches, make_store
 
@@ -143,13 +144,7 @@ def written(env: Env, name: str, data: bytes) -> Path:
 
 def foreign_sqlite(env: Env) -> Path:
     """An SQLite database of another program (an inventory of parts)."""
-    p = env.path("inventory.sqlite")
-    con = sqlite3.connect(p)
-    con.execute("CREATE TABLE parts (id INTEGER, name TEXT)")
-    con.execute("INSERT INTO parts VALUES (1, 'bolt')")
-    con.commit()
-    con.close()
-    return p
+    return foreign_sqlite_at(env.path("inventory.sqlite"))
 
 
 def ingest(env: Env, trace: Path, *extra, words_path: Path | None = None, store: str = "fresh") -> Run:

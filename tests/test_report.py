@@ -8,6 +8,7 @@ instead of skipping when either is missing.
 
 from __future__ import annotations
 
+import contextlib
 import html
 import json
 import os
@@ -387,36 +388,42 @@ def _microbench_page(tmp_path: Path) -> Path:
     return out
 
 
+@contextlib.contextmanager
+def _chromium_page(path: Path):
+    """A headless Chromium page (1400 x 1000) that has loaded ``path``; closed on leaving."""
+    from playwright.sync_api import sync_playwright
+
+    from traceql.report.browser import CHROMIUM_ARGS, find_chromium
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=find_chromium(), headless=True, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.goto(path.resolve().as_uri())
+            yield page
+        finally:
+            browser.close()
+
+
 def test_microbench_panels_are_readable_in_chromium(tmp_path):
     """One panel per collective and configuration, each on its own scale: the longest bar of every panel spans its
     height or most of it (a shared scale flattened the short panels to a few pixels), and no two labels or titles
     overlap."""
     _browser_or_skip()
-    from playwright.sync_api import sync_playwright
-
-    from traceql.report.browser import CHROMIUM_ARGS, find_chromium
-
-    page_path = _microbench_page(tmp_path)
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=find_chromium(), headless=True, args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            page.goto(page_path.resolve().as_uri())
-            page.wait_for_function("document.body.dataset.chartsDone === 'true'", timeout=60_000)
-            found = page.evaluate("""() => {
-                const svg = document.querySelector('#chart-0 svg');
-                const panels = [...svg.querySelectorAll('g.mark-group.role-scope.cell > g')].map(g => {
-                    const bars = [...g.querySelectorAll('g.mark-rect.role-mark path')].map(b => b.getBBox().height);
-                    return {height: g.querySelector('path.background').getBBox().height, tallest: Math.max(...bars),
-                            bars: bars.length};
-                });
-                const texts = [...svg.querySelectorAll('text')].filter(t => t.textContent.trim())
-                    .map(t => { const r = t.getBoundingClientRect();
-                                return {text: t.textContent, l: r.left, r: r.right, t: r.top, b: r.bottom}; });
-                return {panels, texts, failed: document.body.dataset.chartsFailed};
-            }""")
-        finally:
-            browser.close()
+    with _chromium_page(_microbench_page(tmp_path)) as page:
+        page.wait_for_function("document.body.dataset.chartsDone === 'true'", timeout=60_000)
+        found = page.evaluate("""() => {
+            const svg = document.querySelector('#chart-0 svg');
+            const panels = [...svg.querySelectorAll('g.mark-group.role-scope.cell > g')].map(g => {
+                const bars = [...g.querySelectorAll('g.mark-rect.role-mark path')].map(b => b.getBBox().height);
+                return {height: g.querySelector('path.background').getBBox().height, tallest: Math.max(...bars),
+                        bars: bars.length};
+            });
+            const texts = [...svg.querySelectorAll('text')].filter(t => t.textContent.trim())
+                .map(t => { const r = t.getBoundingClientRect();
+                            return {text: t.textContent, l: r.left, r: r.right, t: r.top, b: r.bottom}; });
+            return {panels, texts, failed: document.body.dataset.chartsFailed};
+        }""")
     con = traceql.connect(SUITE)
     expected = con.sql("SELECT count(DISTINCT (op, dtype, run_id)) FROM microbench_modes").fetchall()[0][0]
     con.close()
@@ -477,10 +484,8 @@ def test_a_page_of_many_charts_draws_them_as_they_come_into_view(overlap_report,
     """Past EAGER_CHARTS charts a page draws the charts near the viewport only, the others as they are scrolled to;
     traceqlRenderAll (what the browser check calls) draws every one. The real runs' timelines, 40 times over."""
     _browser_or_skip()
-    from playwright.sync_api import sync_playwright
-
     from traceql.report import Report, SectionResult
-    from traceql.report.browser import CHROMIUM_ARGS, check_page, find_chromium
+    from traceql.report.browser import check_page
     from traceql.report.html import EAGER_CHARTS, render_page
 
     rep, _ = overlap_report
@@ -489,20 +494,14 @@ def test_a_page_of_many_charts_draws_them_as_they_come_into_view(overlap_report,
     assert len(per_run) > EAGER_CHARTS
     out = tmp_path / "many.html"
     out.write_text(render_page(Report(rep.recipe, rep.runs, [SectionResult(timeline.section, {}, per_run)])))
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=find_chromium(), headless=True, args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            page.goto(out.resolve().as_uri())
-            page.wait_for_function("Number(document.body.dataset.chartsRendered) > 0", timeout=60_000)
-            page.wait_for_timeout(500)
-            first = page.evaluate("() => Number(document.body.dataset.chartsRendered)")
-            page.evaluate("() => document.getElementById('chart-39').scrollIntoView()")
-            page.wait_for_function("document.getElementById('chart-39').dataset.rendered === 'true'", timeout=60_000)
-            page.wait_for_timeout(500)
-            later = page.evaluate("() => Number(document.body.dataset.chartsRendered)")
-        finally:
-            browser.close()
+    with _chromium_page(out) as page:
+        page.wait_for_function("Number(document.body.dataset.chartsRendered) > 0", timeout=60_000)
+        page.wait_for_timeout(500)
+        first = page.evaluate("() => Number(document.body.dataset.chartsRendered)")
+        page.evaluate("() => document.getElementById('chart-39').scrollIntoView()")
+        page.wait_for_function("document.getElementById('chart-39').dataset.rendered === 'true'", timeout=60_000)
+        page.wait_for_timeout(500)
+        later = page.evaluate("() => Number(document.body.dataset.chartsRendered)")
     assert 0 < first < len(per_run) and first < later < len(per_run)
     check = check_page(out)
     assert check.ok and check.charts == check.rendered == check.svgs == len(per_run)

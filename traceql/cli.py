@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -601,9 +602,7 @@ def _out_of_memory() -> tuple[type[Exception], ...]:
 
 
 def _out_of_memory_text(exc: Exception) -> str:
-    import os
-
-    from .duck import MEMORY_LIMIT_ENV
+    from .duck import MEMORY_LIMIT_ENV  # duck imports duckdb: only once something failed
 
     first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     limit = os.environ.get(MEMORY_LIMIT_ENV, "").strip()

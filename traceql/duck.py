@@ -16,6 +16,8 @@ import tempfile
 
 import duckdb
 
+from .errors import BadInputError
+
 
 def usable_cpus() -> int:
     """The CPUs this process may run on (its affinity where the platform has one)."""
@@ -53,7 +55,5 @@ def connect() -> duckdb.DuckDBPyConnection:
     except duckdb.Error as exc:
         if not limit:
             raise
-        from .errors import BadInputError
-
         raise BadInputError(f"{MEMORY_LIMIT_ENV}={limit!r} is not a size DuckDB accepts (e.g. 2GB, 800MiB): "
                             f"{str(exc).splitlines()[0]}") from None
