@@ -69,14 +69,21 @@ WITH facts AS (
            CASE WHEN a.dur_ns > 0 AND o.sm_count > 0
                 THEN least(1.0, o.comm_sm_ns::DOUBLE / a.dur_ns / o.sm_count) END AS comm_sm_share,
            o.sm_count, m.samples, m.sm_active_pct, m.dram_pct, m.gpc_clock_mhz, m.nvlink_pct, m.pcie_pct,
-           a.dur_ns * m.gpc_clock_mhz / 1000 AS cycles, d.co_dram_pct, d.co_working_set_bytes,
-           (a.start_ns + a.end_ns) // 2 AS mid_ns
+           a.dur_ns * m.gpc_clock_mhz / 1000 AS cycles, d.co_dram_pct, d.co_working_set_bytes
     FROM _activity_rows a
     JOIN _instance_overlap o USING (run_id, device_id, activity_id)
     LEFT JOIN _instance_metrics m USING (run_id, device_id, activity_id)
     LEFT JOIN _corunner_dram d USING (run_id, device_id, activity_id)
     LEFT JOIN _activity_occurrence c USING (run_id, activity_id)
     LEFT JOIN _activity_groups g USING (run_id, activity_id)
+), sampled AS (
+    -- the NVML sample at each midpoint, joined on the keys alone and only on devices with samples: an ASOF join
+    -- sorts its whole left side, which the wide facts would make the dearest step here
+    SELECT a.run_id, a.device_id, a.activity_id, (a.start_ns + a.end_ns) // 2 AS mid_ns
+    FROM _activity_rows a SEMI JOIN (SELECT DISTINCT run_id, device_id FROM power) d USING (run_id, device_id)
+), power_at AS (
+    SELECT s.run_id, s.activity_id, p.power_w, p.sm_clock_mhz AS nvml_sm_clock_mhz, p.throttle_reasons
+    FROM sampled s ASOF JOIN power p ON p.run_id = s.run_id AND p.device_id = s.device_id AND p.ts_ns <= s.mid_ns
 )
-SELECT f.* EXCLUDE (mid_ns), p.power_w, p.sm_clock_mhz AS nvml_sm_clock_mhz, p.throttle_reasons
-FROM facts f ASOF LEFT JOIN power p ON p.run_id = f.run_id AND p.device_id = f.device_id AND p.ts_ns <= f.mid_ns
+SELECT f.*, p.power_w, p.nvml_sm_clock_mhz, p.throttle_reasons
+FROM facts f LEFT JOIN power_at p USING (run_id, activity_id)

@@ -96,6 +96,34 @@ def test_power_sampler_kept_its_period(con):
         assert 90 < step_ms < 110, (rid, dev, step_ms)
 
 
+
+def test_each_instance_takes_the_nvml_sample_at_its_midpoint(con):
+    """instance_facts' power_w, NVML SM clock and throttle reasons are those of the device's latest sample at or
+    before the instance's midpoint (none before the first sample), checked against a binary search in numpy on
+    every instance of the real runs."""
+    from traceql import analysis
+
+    analysis.prepare(con)
+    facts = con.sql("""SELECT run_id, device_id, (start_ns + end_ns) // 2 AS mid, power_w, nvml_sm_clock_mhz,
+                              throttle_reasons FROM instance_facts""").fetchnumpy()
+    power = con.sql("SELECT run_id, device_id, ts_ns, power_w, sm_clock_mhz, throttle_reasons FROM power "
+                    "ORDER BY run_id, device_id, ts_ns").fetchnumpy()
+    checked = 0
+    for rid, dev in {(r, int(d)) for r, d in zip(power["run_id"], power["device_id"], strict=True)}:
+        mine = (facts["run_id"] == rid) & (facts["device_id"] == dev)
+        theirs = (power["run_id"] == rid) & (power["device_id"] == dev)
+        ts = power["ts_ns"][theirs]
+        at = np.searchsorted(ts, facts["mid"][mine], side="right") - 1
+        assert len(np.unique(ts)) == len(ts)  # one sample per time: "the latest" is one row
+        for ours, col in (("power_w", "power_w"), ("nvml_sm_clock_mhz", "sm_clock_mhz"),
+                          ("throttle_reasons", "throttle_reasons")):
+            want = np.where(at >= 0, np.asarray(power[col][theirs], dtype=float)[np.maximum(at, 0)], np.nan)
+            got = np.ma.filled(np.ma.asarray(facts[ours][mine], dtype=float), np.nan)
+            np.testing.assert_array_equal(got, want, err_msg=f"{rid} {dev} {ours}")
+        checked += int(mine.sum())
+        assert (at >= 0).sum() > 1000
+    assert checked > 10_000
+
 # -- the microbenchmark ---------------------------------------------------------------------------------------
 
 def test_microbenchmark_matrix_is_complete(con):

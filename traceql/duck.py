@@ -57,3 +57,18 @@ def connect() -> duckdb.DuckDBPyConnection:
             raise
         raise BadInputError(f"{MEMORY_LIMIT_ENV}={limit!r} is not a size DuckDB accepts (e.g. 2GB, 800MiB): "
                             f"{str(exc).splitlines()[0]}") from None
+
+
+KEPT = "_kept"  # the in-memory database, compressed, that holds the tables an analysis computes once
+
+
+def keep(con: duckdb.DuckDBPyConnection, table: str, select: str) -> str:
+    """Compute ``select`` once into ``table`` of an in-memory database attached to ``con`` with compression on,
+    and return the table's qualified name. After a checkpoint its columns are stored compressed as a database
+    file's are (bit-packing, dictionaries, frame-of-reference, ALP for doubles): a few times smaller than a
+    temporary table's, and faster to scan. Cursors of ``con`` see it too (they do not see temporary tables)."""
+    con.execute(f"ATTACH IF NOT EXISTS ':memory:' AS {KEPT} (COMPRESS)")
+    con.execute(f'CREATE OR REPLACE TABLE {KEPT}."{table}" AS {select}')
+    con.execute(f"CHECKPOINT {KEPT}")
+    return f'{KEPT}."{table}"'
+

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import duckdb
 
+from . import duck
+
 HEADER_COLUMN = re.compile(r"^--\s+(\w+)\s+([A-Z][A-Z0-9_\[\]]*(?:\([^)]*\))?)\s*(.*)$")
 
 
@@ -136,5 +138,5 @@ def materialize(con: duckdb.DuckDBPyConnection, views: tuple[str, ...]) -> None:
     for view in views:
         if view not in present:
             continue
-        con.execute(f'CREATE OR REPLACE TEMP TABLE "_materialized_{view}" AS SELECT * FROM "{view}"')
-        con.execute(f'CREATE OR REPLACE VIEW "{view}" AS SELECT * FROM temp."_materialized_{view}"')
+        kept = duck.keep(con, f"_materialized_{view}", f'SELECT * FROM "{view}"')
+        con.execute(f'CREATE OR REPLACE VIEW "{view}" AS SELECT * FROM {kept}')

@@ -24,6 +24,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .. import duck
 from ..duck import usable_cpus
 from ..queries_loader import materialize
 from . import sweeps
@@ -102,8 +103,8 @@ def _publish(con: duckdb.DuckDBPyConnection, view: str, groups: list[tuple[tuple
 
 def _store(con: duckdb.DuckDBPyConnection, view: str, select: str) -> None:
     """``view`` now reads the result of ``select``, computed once into a temporary table."""
-    con.execute(f'CREATE OR REPLACE TEMP TABLE "_materialized_{view}" AS {select}')
-    con.execute(f'CREATE OR REPLACE VIEW "{view}" AS SELECT * FROM temp."_materialized_{view}"')
+    kept = duck.keep(con, f"_materialized_{view}", select)
+    con.execute(f'CREATE OR REPLACE VIEW "{view}" AS SELECT * FROM {kept}')
 
 
 def _assemble(groups: list[tuple[tuple[str, int], Columns]], schema: pa.Schema,
