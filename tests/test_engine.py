@@ -222,3 +222,17 @@ def test_baselines_streamed_in_small_batches_equal_one_batch(train_ddp_run, monk
     streamed = tables()
     assert len(whole[0]) > 7 * 100 and len(whole[1]) > 10
     assert streamed == whole
+
+
+def test_results_appended_in_pieces_equal_one_piece(h200x2_store, monkeypatch):
+    """Each engine stage appends its result to its table in pieces as the sweeps finish: with a piece per device
+    (and a task per device, finishing in any order) every table is that of one piece, row for row (four runs on 2
+    GPUs: eight devices)."""
+    from traceql import engine
+
+    whole = _rows(h200x2_store, "engine")
+    monkeypatch.setattr(engine, "APPEND_ROWS", 1)
+    monkeypatch.setattr(engine, "BUNDLE_ROWS", 1)
+    pieces = _rows(h200x2_store, "engine")
+    assert len(whole["_device_unions"]) == 8
+    assert pieces == whole

@@ -407,11 +407,7 @@ def register(con: duckdb.DuckDBPyConnection, external: External | None = None) -
     """Compute both tables and put them where the views ``_instance_baselines``/``_signature_stats`` read."""
     gpu_names = {(r[0], int(r[1])): r[2] for r in con.sql("SELECT run_id, device_id, name FROM devices").fetchall()}
     inst, sig_stats = compute(con, external, gpu_names)
-    con.register("_instance_baselines_arrow", inst)
-    con.register("_signature_stats_arrow", sig_stats)
-    kept_inst = duck.keep(con, "_instance_baselines_data", "SELECT * FROM _instance_baselines_arrow")
-    kept_stats = duck.keep(con, "_signature_stats_data", "SELECT * FROM _signature_stats_arrow")
-    con.unregister("_instance_baselines_arrow")
-    con.unregister("_signature_stats_arrow")
+    kept_inst = duck.keep(con, "_instance_baselines_data", "SELECT * FROM _input", inst)
+    kept_stats = duck.keep(con, "_signature_stats_data", "SELECT * FROM _input", sig_stats)
     con.execute(f"CREATE OR REPLACE VIEW _instance_baselines AS SELECT * FROM {kept_inst}")
     con.execute(f"CREATE OR REPLACE VIEW _signature_stats AS SELECT * FROM {kept_stats}")

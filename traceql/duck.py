@@ -15,6 +15,7 @@ import shutil
 import tempfile
 
 import duckdb
+import pyarrow as pa
 
 from .errors import BadInputError
 
@@ -62,13 +63,35 @@ def connect() -> duckdb.DuckDBPyConnection:
 KEPT = "_kept"  # the in-memory database, compressed, that holds the tables an analysis computes once
 
 
-def keep(con: duckdb.DuckDBPyConnection, table: str, select: str) -> str:
-    """Compute ``select`` once into ``table`` of an in-memory database attached to ``con`` with compression on,
-    and return the table's qualified name. After a checkpoint its columns are stored compressed as a database
-    file's are (bit-packing, dictionaries, frame-of-reference, ALP for doubles): a few times smaller than a
-    temporary table's, and faster to scan. Cursors of ``con`` see it too (they do not see temporary tables)."""
+def keep(con: duckdb.DuckDBPyConnection, table: str, select: str, data: pa.Table | None = None,
+         compressed: bool = True) -> str:
+    """Compute ``select`` (over ``data``, named ``_input`` there, if given) once into ``table`` of an in-memory
+    database attached to ``con`` with compression on, and return the table's qualified name. After a checkpoint
+    (:func:`compress`) its columns are stored compressed as a database file's are (bit-packing, dictionaries,
+    frame-of-reference, ALP for doubles): a few times smaller than a temporary table's, and faster to scan. Cursors
+    of ``con`` see it too (they do not see temporary tables)."""
     con.execute(f"ATTACH IF NOT EXISTS ':memory:' AS {KEPT} (COMPRESS)")
-    con.execute(f'CREATE OR REPLACE TABLE {KEPT}."{table}" AS {select}')
-    con.execute(f"CHECKPOINT {KEPT}")
+    if data is not None:
+        con.register("_input", data)
+    try:
+        con.execute(f'CREATE OR REPLACE TABLE {KEPT}."{table}" AS {select}')
+    finally:
+        if data is not None:
+            con.unregister("_input")
+    if compressed:
+        compress(con)
     return f'{KEPT}."{table}"'
 
+
+def append(con: duckdb.DuckDBPyConnection, kept: str, data: pa.Table) -> None:
+    """Append ``data`` (the table's columns, in order) to the kept table ``kept``."""
+    con.register("_input", data)
+    try:
+        con.execute(f"INSERT INTO {kept} SELECT * FROM _input")
+    finally:
+        con.unregister("_input")
+
+
+def compress(con: duckdb.DuckDBPyConnection) -> None:
+    """Compress what the kept tables gained since the last time (a checkpoint of their database)."""
+    con.execute(f"CHECKPOINT {KEPT}")

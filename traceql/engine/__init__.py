@@ -16,7 +16,7 @@ a connection is queried without ``traceql.analysis.prepare``; ``tests/test_engin
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import duckdb
@@ -34,6 +34,7 @@ METRICS = ("sm_active_pct", "dram_pct", "gpc_clock_mhz", "nvlink_pct", "pcie_pct
 
 BATCH_ROWS = 1 << 20  # rows per Arrow batch read from DuckDB: the memory of the read, whatever the store's size
 BUNDLE_ROWS = 1 << 16  # rows of small devices swept together in one task
+APPEND_ROWS = 1 << 21  # rows of a result assembled and appended to its table at a time
 
 
 Columns = dict[str, np.ndarray]
@@ -93,12 +94,37 @@ def _columns(table: pa.Table | pa.RecordBatch, skip: tuple[str, ...] = ("run_id"
     return out
 
 
-def _publish(con: duckdb.DuckDBPyConnection, view: str, groups: list[tuple[tuple[str, int], Columns]],
+def _publish(con: duckdb.DuckDBPyConnection, view: str, groups: Iterable[tuple[tuple[str, int], Columns]],
              schema: pa.Schema, nan_is_null: tuple[str, ...] = ()) -> None:
     """Store the result as the table that ``view`` now reads (the naming of ``queries_loader.materialize``).
-    ``groups``: per (run, device), its columns (numpy, masked where NULL; ``nan_is_null``: NaN is NULL), assembled
-    into one table with the run and device of each row."""
-    _store_from(con, view, _assemble(groups, schema, nan_is_null), "SELECT * FROM _input")
+    ``groups``: per (run, device), its columns (numpy, masked where NULL; ``nan_is_null``: NaN is NULL), appended
+    with the run and device of each row as they come (:func:`_fill`)."""
+    kept = _fill(con, f"_materialized_{view}", groups, schema, nan_is_null)
+    con.execute(f'CREATE OR REPLACE VIEW "{view}" AS SELECT * FROM {kept}')
+
+
+def _fill(con: duckdb.DuckDBPyConnection, table: str, groups: Iterable[tuple[tuple[str, int], Columns]],
+          schema: pa.Schema, nan_is_null: tuple[str, ...]) -> str:
+    """A kept table (``duck.keep``) of ``groups``, appended in pieces of at least ``APPEND_ROWS`` rows as the sweeps
+    finish them: memory holds a piece and DuckDB's table (which it can spill), never the whole result twice. The
+    appends go through a cursor, since a statement on ``con`` would close the stream that reads the input there."""
+    cur = con.cursor()
+    try:
+        kept = duck.keep(cur, table, "SELECT * FROM _input", schema.empty_table(), compressed=False)
+        piece: list[tuple[tuple[str, int], Columns]] = []
+        rows = 0
+        for key, cols in groups:
+            piece.append((key, cols))
+            rows += len(next(iter(cols.values()))) if cols else 0
+            if rows >= APPEND_ROWS:
+                duck.append(cur, kept, _assemble(piece, schema, nan_is_null))
+                piece, rows = [], 0
+        if piece:
+            duck.append(cur, kept, _assemble(piece, schema, nan_is_null))
+    finally:
+        cur.close()
+    duck.compress(con)
+    return kept
 
 
 def _store(con: duckdb.DuckDBPyConnection, view: str, select: str) -> None:
@@ -133,12 +159,13 @@ def _assemble(groups: list[tuple[tuple[str, int], Columns]], schema: pa.Schema,
 
 
 def _map(groups: Iterator[tuple[tuple[str, int], Columns]], work: Callable[[tuple[str, int], Columns], Columns]) \
-        -> list[tuple[tuple[str, int], Columns]]:
+        -> Iterator[tuple[tuple[str, int], Columns]]:
     """Read the groups on the calling thread (one DuckDB connection), sweep them in parallel threads, a thread per
-    usable CPU; at most two tasks per thread wait for their turn, so memory stays that of a few devices. Small groups
-    are swept in bundles (one task per ``BUNDLE_ROWS`` rows), so that thousands of small devices are not a task each."""
+    usable CPU, and yield the results in the order of ``groups``; at most two tasks per thread wait for their turn,
+    so memory stays that of a few devices. Small groups are swept in bundles (one task per ``BUNDLE_ROWS`` rows), so
+    that thousands of small devices are not a task each."""
     workers = usable_cpus()
-    out, pending, bundle, rows = [], [], [], 0
+    pending, bundle, rows = [], [], 0
 
     def run_bundle(items):
         return [(k, work(k, d)) for k, d in items]
@@ -152,12 +179,11 @@ def _map(groups: Iterator[tuple[tuple[str, int], Columns]], work: Callable[[tupl
             pending.append(pool.submit(run_bundle, bundle))
             bundle, rows = [], 0
             while len(pending) > 2 * workers:
-                out += pending.pop(0).result()
+                yield from pending.pop(0).result()
         if bundle:
             pending.append(pool.submit(run_bundle, bundle))
         for f in pending:
-            out += f.result()
-    return out
+            yield from f.result()
 
 
 OVERLAP_SCHEMA = pa.schema([("run_id", pa.string()), ("device_id", pa.int32()), ("activity_id", pa.int64()),
@@ -184,9 +210,15 @@ def _overlaps(con: duckdb.DuckDBPyConnection) -> None:
                 "sm_count": np.ma.masked_array(np.full(n, sm_count or 0, dtype=np.int32),
                                                mask=np.full(n, sm_count is None))}
 
-    done = _map(_grouped(con, sql), work)
-    _publish(con, "_instance_overlap", done, OVERLAP_SCHEMA)
-    _publish(con, "_device_unions", [(k, unions[k]) for k, _ in done], UNIONS_SCHEMA)
+    keys = []  # the devices in the order of the result, for their unions
+
+    def done():
+        for key, cols in _map(_grouped(con, sql), work):
+            keys.append(key)
+            yield key, cols
+
+    _publish(con, "_instance_overlap", done(), OVERLAP_SCHEMA)
+    _publish(con, "_device_unions", [(k, unions[k]) for k in keys], UNIONS_SCHEMA)
 
 
 def device_unions(con: duckdb.DuckDBPyConnection) -> None:
@@ -266,11 +298,11 @@ def _corunner_dram(con: duckdb.DuckDBPyConnection) -> None:
              nan_is_null=("co_dram_pct", "co_working_set_bytes"))
 
 
-def _enclosing(con: duckdb.DuckDBPyConnection, ranges: str) -> pa.Table:
+def _enclosing(con: duckdb.DuckDBPyConnection, ranges: str) -> str:
     """Each launch's innermost range among the NVTX ranges of its thread that ``ranges`` (a
     condition on ``nvtx``) selects: its start (the latest start of the ranges around the launch), its text (that of
     the latest (start, text) among those with a text: SQL's ``arg_max`` passes over NULL texts), and the launch's
-    signature and time. Launches with no range around them have no row."""
+    signature and time, in a kept table (its name is returned). Launches with no range around them have no row."""
     sql = f"""SELECT run_id, global_tid, 0 AS part, start_ns AS a, end_ns AS b, NULL::UBIGINT AS sig, text
               FROM nvtx WHERE {ranges} AND start_ns IS NOT NULL AND end_ns IS NOT NULL AND global_tid IS NOT NULL
               UNION ALL
@@ -300,22 +332,23 @@ def _enclosing(con: duckdb.DuckDBPyConnection, ranges: str) -> pa.Table:
 
     groups = ((k, d) for k, d in _grouped(con, sql, "part, a, text", by="global_tid")
               if 0 < np.searchsorted(d["part"], 1) < len(d["part"]))
-    return _assemble(_map(groups, work), ENCLOSING_SCHEMA, ())
+    return _fill(con, "_enclosing", _map(groups, work), ENCLOSING_SCHEMA, ())
 
 
-def _store_from(con: duckdb.DuckDBPyConnection, view: str, table: pa.Table, select: str) -> None:
-    """``view`` reads ``select`` over ``table`` (named ``_input`` there), computed once; ``table`` is not kept."""
-    con.register("_input", table)
+def _from_enclosing(con: duckdb.DuckDBPyConnection, view: str, ranges: str, select: str) -> None:
+    """``view`` reads ``select`` over the launches' innermost ``ranges`` (:func:`_enclosing`, named ``_input``
+    there), computed once."""
+    staged = _enclosing(con, ranges)
     try:
-        _store(con, view, select)
+        _store(con, view, f"WITH _input AS (SELECT * FROM {staged}) {select}")
     finally:
-        con.unregister("_input")
+        con.execute(f"DROP TABLE IF EXISTS {staged}")
 
 
 def _occurrence(con: duckdb.DuckDBPyConnection) -> None:
     """``_activity_occurrence``: each launch's innermost NVTX range on its thread (``sweeps.innermost``) and the
     launch's occurrence in that range instance (a window function over the result, in SQL)."""
-    _store_from(con, "_activity_occurrence", _enclosing(con, "event_type IN ('push_pop', 'start_end')"), """
+    _from_enclosing(con, "_activity_occurrence", "event_type IN ('push_pop', 'start_end')", """
         SELECT run_id, activity_id, global_tid, step_start_ns, step_text,
                row_number() OVER (PARTITION BY run_id, global_tid, step_start_ns, sig ORDER BY t, activity_id) - 1
                    AS occurrence
@@ -328,8 +361,9 @@ def _groups(con: duckdb.DuckDBPyConnection) -> None:
     asked = con.sql("SELECT count(*) FROM duckdb_tables() WHERE table_name = '_nvtx_glob'").fetchall()[0][0]
     if not asked:
         return  # the view stays the empty one of queries/
-    matching = _enclosing(con, "event_type IN ('push_pop', 'start_end') AND text GLOB (SELECT pattern FROM _nvtx_glob)")
-    _store_from(con, "_activity_groups", matching, "SELECT run_id, activity_id, step_text AS nvtx FROM _input")
+    _from_enclosing(con, "_activity_groups",
+                    "event_type IN ('push_pop', 'start_end') AND text GLOB (SELECT pattern FROM _nvtx_glob)",
+                    "SELECT run_id, activity_id, step_text AS nvtx FROM _input")
 
 
 ENCLOSING_SCHEMA = pa.schema([("run_id", pa.string()), ("global_tid", pa.int64()), ("activity_id", pa.int64()),
