@@ -70,28 +70,30 @@ WITH inst AS (
            median(cycles) AS cycles_iso, median(sm_active_pct) AS sm_active_pct_iso, median(power_w) AS power_w_iso
     FROM inst WHERE NOT ovl AND dur_ns > 0 GROUP BY pool_id
 ), agg AS (
+    -- the weighted sums are exact (fixed point: 1e-6 of a unit; bytes x ns, up to 1e23, whole), so they do not
+    -- depend on the order in which parallel threads add them, without buffering and sorting each group's values
     SELECT group_id, any_value(pool_id) AS pool_id, any_value(activity) AS activity, any_value(kind) AS kind, any_value(name) AS name,
            any_value(short_name) AS short_name, any_value(grid) AS grid, any_value(block) AS block,
            any_value(dynamic_smem_bytes) AS dynamic_smem_bytes, any_value(bytes) AS bytes, any_value(ctas) AS ctas,
            any_value(sm_count) AS sm_count, any_value(launch_occupancy) AS occupancy,
            sum(dur_ns) FILTER (ovl)::BIGINT AS sum_t1_ns,
-           sum(t0_inst ORDER BY activity_id) FILTER (ovl) AS sum_t0_ns,
+           (sum((t0_inst)::DECIMAL(38, 6)) FILTER (ovl))::DOUBLE AS sum_t0_ns,
            sum(overlap_ns) FILTER (ovl) / sum(dur_ns) FILTER (ovl) AS overlap_fraction,
            sum(comm_overlap_ns) FILTER (ovl) / sum(dur_ns) FILTER (ovl) AS comm_fraction,
            sum(comm_overlap_ns) FILTER (ovl) AS comm_ov, sum(compute_overlap_ns) FILTER (ovl) AS compute_ov,
            sum(copy_overlap_ns) FILTER (ovl) AS copy_ov,
-           sum(corunner_sms * overlap_ns ORDER BY activity_id) FILTER (ovl) / sum(overlap_ns) FILTER (ovl) AS corunner_sms,
-           sum(sm_share * dur_ns ORDER BY activity_id) FILTER (ovl) / sum(dur_ns) FILTER (ovl) AS sm_share,
-           sum(comm_sm_share * dur_ns ORDER BY activity_id) FILTER (ovl) / sum(dur_ns) FILTER (ovl) AS comm_sm_share,
+           (sum((corunner_sms * overlap_ns)::DECIMAL(38, 6)) FILTER (ovl))::DOUBLE / sum(overlap_ns) FILTER (ovl) AS corunner_sms,
+           (sum((sm_share * dur_ns)::DECIMAL(38, 6)) FILTER (ovl))::DOUBLE / sum(dur_ns) FILTER (ovl) AS sm_share,
+           (sum((comm_sm_share * dur_ns)::DECIMAL(38, 6)) FILTER (ovl))::DOUBLE / sum(dur_ns) FILTER (ovl) AS comm_sm_share,
            median(dram_pct) FILTER (ovl) AS dram_pct_ovl,
            median(gpc_clock_mhz) FILTER (ovl) AS gpc_clock_mhz_ovl,
            median(cycles) FILTER (ovl) AS cycles_ovl,
            median(sm_active_pct) FILTER (ovl) AS sm_active_pct_ovl,
            median(nvlink_pct) FILTER (ovl) AS nvlink_pct_ovl, median(pcie_pct) FILTER (ovl) AS pcie_pct_ovl,
            median(power_w) FILTER (ovl) AS power_w_ovl,
-           sum(co_dram_pct * overlap_ns ORDER BY activity_id) FILTER (ovl) / sum(overlap_ns) FILTER (ovl AND co_dram_pct IS NOT NULL)
+           (sum((co_dram_pct * overlap_ns)::DECIMAL(38, 6)) FILTER (ovl))::DOUBLE / sum(overlap_ns) FILTER (ovl AND co_dram_pct IS NOT NULL)
                AS co_dram_pct,
-           sum(co_working_set_bytes * overlap_ns ORDER BY activity_id) FILTER (ovl)
+           (sum((co_working_set_bytes * overlap_ns)::DECIMAL(38, 0)) FILTER (ovl))::DOUBLE
                / sum(overlap_ns) FILTER (ovl AND co_working_set_bytes IS NOT NULL) AS co_working_set_bytes
     FROM inst GROUP BY group_id
 )

@@ -17,7 +17,7 @@ a connection is queried without ``traceql.analysis.prepare``; ``tests/test_engin
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import duckdb
 import numpy as np
@@ -35,6 +35,7 @@ METRICS = ("sm_active_pct", "dram_pct", "gpc_clock_mhz", "nvlink_pct", "pcie_pct
 BATCH_ROWS = 1 << 20  # rows per Arrow batch read from DuckDB: the memory of the read, whatever the store's size
 BUNDLE_ROWS = 1 << 16  # rows of small devices swept together in one task
 APPEND_ROWS = 1 << 21  # rows of a result assembled and appended to its table at a time
+INFLIGHT_ROWS = 1 << 22  # rows of devices read and not yet swept past which reading waits (while every thread has one)
 
 
 Columns = dict[str, np.ndarray]
@@ -162,10 +163,12 @@ def _map(groups: Iterator[tuple[tuple[str, int], Columns]], work: Callable[[tupl
         -> Iterator[tuple[tuple[str, int], Columns]]:
     """Read the groups on the calling thread (one DuckDB connection), sweep them in parallel threads, a thread per
     usable CPU, and yield the results in the order of ``groups``; at most two tasks per thread wait for their turn,
-    so memory stays that of a few devices. Small groups are swept in bundles (one task per ``BUNDLE_ROWS`` rows), so
-    that thousands of small devices are not a task each."""
+    and no more than one per thread once they hold ``INFLIGHT_ROWS`` rows, so memory stays that of a few devices.
+    Small groups are swept in bundles (one task per ``BUNDLE_ROWS`` rows), so that thousands of small devices are
+    not a task each."""
     workers = usable_cpus()
-    pending, bundle, rows = [], [], 0
+    pending: list[tuple[int, Future]] = []  # (rows, task)
+    bundle, rows = [], 0
 
     def run_bundle(items):
         return [(k, work(k, d)) for k, d in items]
@@ -176,13 +179,14 @@ def _map(groups: Iterator[tuple[tuple[str, int], Columns]], work: Callable[[tupl
             rows += len(next(iter(data.values()))) if data else 0
             if rows < BUNDLE_ROWS:
                 continue
-            pending.append(pool.submit(run_bundle, bundle))
+            pending.append((rows, pool.submit(run_bundle, bundle)))
             bundle, rows = [], 0
-            while len(pending) > 2 * workers:
-                yield from pending.pop(0).result()
+            while len(pending) > 2 * workers or \
+                    (len(pending) > workers and sum(n for n, _ in pending) > INFLIGHT_ROWS):
+                yield from pending.pop(0)[1].result()
         if bundle:
-            pending.append(pool.submit(run_bundle, bundle))
-        for f in pending:
+            pending.append((rows, pool.submit(run_bundle, bundle)))
+        for _, f in pending:
             yield from f.result()
 
 
