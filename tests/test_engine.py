@@ -206,21 +206,25 @@ def test_nvtx_groups_engine_equals_reference_sql(train_ddp_run):
 
 
 def test_baselines_streamed_in_small_batches_equal_one_batch(train_ddp_run, monkeypatch):
-    """The baselines read the facts as a stream and cut it per signature, a signature's rows spanning batches: with
-    batches of 7 rows the two tables are those of one batch (a real DDP trace)."""
+    """The baselines read the facts as a stream and cut it per signature, a signature's rows spanning batches, and
+    append their instances to the table in pieces: with batches and pieces of 7 rows the two tables are those of one
+    batch, both as computed and as registered for the views (a real DDP trace)."""
     from traceql import baselines
 
-    def tables() -> tuple[list, list]:
+    def tables() -> tuple[list, list, list, list]:
         con = traceql.connect(train_ddp_run)
         analysis.prepare(con)
         inst, stats = baselines.compute(con)
+        registered = [con.sql(f"SELECT * FROM {v} ORDER BY ALL").fetchall()
+                      for v in ("_instance_baselines", "_signature_stats")]
         con.close()
-        return inst.to_pylist(), stats.to_pylist()
+        return inst.to_pylist(), stats.to_pylist(), *registered
 
     whole = tables()
     monkeypatch.setattr(baselines, "FACT_BATCH_ROWS", 7)
     streamed = tables()
     assert len(whole[0]) > 7 * 100 and len(whole[1]) > 10
+    assert len(whole[2]) == len(whole[0]) and len(whole[3]) == len(whole[1])
     assert streamed == whole
 
 

@@ -16,6 +16,7 @@ Everything is deterministic: groups are processed in sorted order and every rand
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -108,12 +109,24 @@ FACT_BATCH_ROWS = 1 << 20  # facts read from DuckDB per batch: the memory of the
 
 def compute(con: duckdb.DuckDBPyConnection, external: External | None = None,
             gpu_names: dict[tuple[str, int], str] | None = None) -> tuple[pa.Table, pa.Table]:
-    """Both tables for every activity of ``con``'s ``instance_facts``.
+    """Both tables for every activity of ``con``'s ``instance_facts`` (:func:`instances`, gathered)."""
+    rows: list[dict] = []
+    pieces = list(instances(con, external, gpu_names, rows))
+    inst = pa.concat_tables([p.cast(INSTANCE_SCHEMA) for p in pieces]) if pieces else INSTANCE_SCHEMA.empty_table()
+    return inst, pa.Table.from_pylist(rows, schema=STATS_SCHEMA)
+
+
+def instances(con: duckdb.DuckDBPyConnection, external: External | None, gpu_names: dict[tuple[str, int], str] | None,
+              rows: list[dict], piece_rows: int | None = None) -> Iterator[pa.Table]:
+    """The ``_instance_baselines`` table in pieces of about ``piece_rows`` rows (default: ``FACT_BATCH_ROWS``; run
+    ids and baseline sources as dictionaries), as the signatures are computed; ``rows`` receives the rows of
+    ``_signature_stats``.
 
     The baseline pool of an instance is its signature on its device (split into duration modes where it is a
     mixture); NVTX groups, when asked for, divide the overlapped instances of a pool into rows, never the pool.
     The facts are read in one ordered scan, streamed, and each signature is computed as soon as its rows are in
-    (signatures in parallel threads, a few waiting at most), so memory holds a few batches, not the whole store.
+    (signatures in parallel threads, a few waiting at most), so memory holds a few batches and a piece, not the
+    whole store.
     """
     reader = con.sql(f"SELECT {FACT_COLUMNS} FROM _instance_facts "
                      "ORDER BY run_id, device_id, sig, start_ns, activity_id").to_arrow_reader(FACT_BATCH_ROWS)
@@ -136,7 +149,6 @@ def compute(con: duckdb.DuckDBPyConnection, external: External | None = None,
             pools.append((pool, pool_rows))
         return pools
 
-    rows: list[dict] = []
     parts: list[dict] = []  # per signature, its instances' columns (run and baseline source as codes)
     runs: dict[str, int] = {}
     sources: dict[str, int] = {}
@@ -171,9 +183,13 @@ def compute(con: duckdb.DuckDBPyConnection, external: External | None = None,
             while len(pending) > 2 * workers:
                 done, future = pending.pop(0)
                 collect(done, future.result())
+            if sum(len(p["activity_id"]) for p in parts) >= (piece_rows or FACT_BATCH_ROWS):
+                yield _instances_table(parts, list(runs), list(sources))
+                parts = []
         for done, future in pending:
             collect(done, future.result())
-    return _instances_table(parts, list(runs), list(sources)), pa.Table.from_pylist(rows, schema=STATS_SCHEMA)
+    if parts:
+        yield _instances_table(parts, list(runs), list(sources))
 
 
 def _signatures(reader: pa.RecordBatchReader):
@@ -381,9 +397,8 @@ def _nearest(t: np.ndarray, t_iso: np.ndarray, d_iso: np.ndarray) -> np.ndarray:
 
 
 def _instances_table(parts: list[dict], runs: list[str], sources: list[str]) -> pa.Table:
-    """One table of the instances' columns; run ids and baseline sources come as codes into ``runs``/``sources``."""
-    if not parts:
-        return INSTANCE_SCHEMA.empty_table()
+    """One table of the instances' columns; run ids and baseline sources come as codes into ``runs``/``sources``
+    and stay dictionaries."""
     inst = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
     cols = {k: pa.array(v, type=INSTANCE_SCHEMA.field(k).type) for k, v in inst.items()
             if k not in ("run_id", "baseline", "t0_ns")}
@@ -391,7 +406,7 @@ def _instances_table(parts: list[dict], runs: list[str], sources: list[str]) -> 
     code = inst["baseline"]
     cols["baseline"] = pa.DictionaryArray.from_arrays(pa.array(code, mask=code < 0), pa.array(sources, pa.string()))
     cols["t0_ns"] = pa.array(inst["t0_ns"], mask=np.isnan(inst["t0_ns"]), type=pa.float64())
-    return pa.table(cols).select(INSTANCE_SCHEMA.names).cast(INSTANCE_SCHEMA)
+    return pa.table(cols).select(INSTANCE_SCHEMA.names)
 
 
 def _f(v) -> float | None:
@@ -406,8 +421,16 @@ def _nan_none(t):
 def register(con: duckdb.DuckDBPyConnection, external: External | None = None) -> None:
     """Compute both tables and put them where the views ``_instance_baselines``/``_signature_stats`` read."""
     gpu_names = {(r[0], int(r[1])): r[2] for r in con.sql("SELECT run_id, device_id, name FROM devices").fetchall()}
-    inst, sig_stats = compute(con, external, gpu_names)
-    kept_inst = duck.keep(con, "_instance_baselines_data", "SELECT * FROM _input", inst)
-    kept_stats = duck.keep(con, "_signature_stats_data", "SELECT * FROM _input", sig_stats)
+    rows: list[dict] = []
+    cur = con.cursor()  # appends beside the stream that reads the facts on con
+    try:
+        kept_inst = duck.keep(cur, "_instance_baselines_data", "SELECT * FROM _input", INSTANCE_SCHEMA.empty_table(),
+                              compressed=False)
+        for piece in instances(con, external, gpu_names, rows):
+            duck.append(cur, kept_inst, piece)
+    finally:
+        cur.close()
+    kept_stats = duck.keep(con, "_signature_stats_data", "SELECT * FROM _input",
+                           pa.Table.from_pylist(rows, schema=STATS_SCHEMA))
     con.execute(f"CREATE OR REPLACE VIEW _instance_baselines AS SELECT * FROM {kept_inst}")
     con.execute(f"CREATE OR REPLACE VIEW _signature_stats AS SELECT * FROM {kept_stats}")
