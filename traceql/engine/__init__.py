@@ -241,24 +241,27 @@ METRICS_SCHEMA = pa.schema([("run_id", pa.string()), ("device_id", pa.int32()), 
 
 
 def _metrics(con: duckdb.DuckDBPyConnection) -> None:
-    nulls = ", ".join(f"NULL::DOUBLE AS {m}" for m in METRICS)
-    # the samples (part 0, by time) and then the activities (part 1) of each device, in one scan
-    sql = f"""SELECT run_id, device_id, 0 AS part, ts_ns AS a, NULL::BIGINT AS b, NULL::BIGINT AS c,
-                     {', '.join(f'{m}::DOUBLE AS {m}' for m in METRICS)}
-              FROM _metric_wide
-              UNION ALL
-              SELECT run_id, device_id, 1, activity_id, start_ns, end_ns, {nulls} FROM _activity_rows"""
     materialize(con, ("_metric_wide",))
+    # two ordered scans, the samples on a cursor of their own: one scan of both, padded with NULLs, held twice the
+    # memory in the sort and in each device's arrays
+    cur = con.cursor()
+    samples = _grouped(cur, f"SELECT run_id, device_id, ts_ns, {', '.join(f'{m}::DOUBLE AS {m}' for m in METRICS)} "
+                            "FROM _metric_wide", "ts_ns")
+    activities = _grouped(con, "SELECT run_id, device_id, activity_id, start_ns, end_ns FROM _activity_rows",
+                          "activity_id")
 
     def both() -> Iterator[tuple[tuple[str, int], Columns]]:
-        """The devices with samples and activities."""
-        for key, t in _grouped(con, sql, "part, a"):
-            n_samples = int(np.searchsorted(t["part"], 1))  # samples first (part 0)
-            if 0 < n_samples < len(t["part"]):
-                yield key, {"ts_ns": np.ma.getdata(t["a"][:n_samples]),
-                            **{m: np.ma.filled(t[m][:n_samples], np.nan) for m in METRICS},
-                            "activity_id": np.ma.getdata(t["a"][n_samples:]),
-                            "start_ns": np.ma.getdata(t["b"][n_samples:]), "end_ns": np.ma.getdata(t["c"][n_samples:])}
+        """The devices with samples and activities (both scans go by run and device, NULL devices last)."""
+        def order(k):
+            return k[0], k[1] is None, k[1] or 0
+
+        s_key, s = next(samples, (None, None))
+        for key, a in activities:
+            while s_key is not None and order(s_key) < order(key):
+                s_key, s = next(samples, (None, None))
+            if s_key == key and len(s["ts_ns"]) and len(a["activity_id"]):
+                yield key, {"ts_ns": np.ma.getdata(s["ts_ns"]), **{m: np.ma.filled(s[m], np.nan) for m in METRICS},
+                            **{c: np.ma.getdata(a[c]) for c in ("activity_id", "start_ns", "end_ns")}}
 
     def work(key, d):
         means, counts = {}, []
@@ -269,7 +272,10 @@ def _metrics(con: duckdb.DuckDBPyConnection) -> None:
         return {"activity_id": d["activity_id"], "samples": np.max(counts, axis=0) if n else np.zeros(0, np.int64),
                 **means}
 
-    _publish(con, "_instance_metrics", _map(both(), work), METRICS_SCHEMA, nan_is_null=METRICS)
+    try:
+        _publish(con, "_instance_metrics", _map(both(), work), METRICS_SCHEMA, nan_is_null=METRICS)
+    finally:
+        cur.close()
 
 
 CORUNNER_SCHEMA = pa.schema([("run_id", pa.string()), ("device_id", pa.int32()), ("activity_id", pa.int64()),
