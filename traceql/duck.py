@@ -39,6 +39,11 @@ def _spill_folder() -> str:
     return folder
 
 
+def capped() -> bool:
+    """Whether ``$TRACEQL_MEMORY_LIMIT`` caps DuckDB's memory."""
+    return bool(os.environ.get(MEMORY_LIMIT_ENV, "").strip())
+
+
 def connect() -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB connection with one thread per usable CPU.
 
