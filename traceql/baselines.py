@@ -142,8 +142,9 @@ def instances(con: duckdb.DuckDBPyConnection, external: External | None, gpu_nam
             base = _baseline(pool, f, ext, bool(external and external.replace), conflated)
             nv = f["nvtx"][pool]
             pool_rows = []
-            for group in sorted(set(nv), key=lambda v: (v is not None, v or "")):
-                idx = pool[np.array([v == group for v in nv])]
+            groups = sorted(set(nv), key=lambda v: (v is not None, v or ""))
+            for group in groups:
+                idx = pool if len(groups) == 1 else pool[np.equal(nv, group)]  # elementwise, None included
                 key = (run[0], int(dev[0]), group, int(sig[0]), sub)
                 pool_rows.append((_row(-1, key, split, conflated, idx, f, base), idx))
             pools.append((pool, pool_rows))
@@ -233,7 +234,11 @@ def _fact_columns(batch: pa.RecordBatch) -> dict:
         return np.asarray(pc.fill_null(facts[name], fill).to_numpy(zero_copy_only=False), dtype=dtype)
 
     def objects(name: str) -> np.ndarray:
-        return np.asarray(facts[name].to_numpy(zero_copy_only=False), dtype=object)  # None where NULL
+        """Text as objects, None where NULL: each distinct value made a Python string once (a run id or an NVTX
+        text repeats on every row)."""
+        enc = pc.dictionary_encode(facts[name])
+        values = np.append(np.asarray(enc.dictionary.to_numpy(zero_copy_only=False), dtype=object), None)
+        return values[np.asarray(pc.fill_null(enc.indices, len(values) - 1).to_numpy(zero_copy_only=False))]
 
     return {
         "run": objects("run_id"), "dev": numbers("device_id", 0, np.int64), "nvtx": objects("nvtx"),
