@@ -66,3 +66,24 @@ def test_a_bad_memory_limit_is_bad_input(monkeypatch):
     monkeypatch.setenv("TRACEQL_MEMORY_LIMIT", "lots")
     with pytest.raises(BadInputError, match="TRACEQL_MEMORY_LIMIT='lots'"):
         duck.connect()
+
+
+def test_prepared_tables_are_seen_by_cursors(train_ddp_run):
+    """What ``prepare`` computes is kept where every cursor of the connection sees it (a temporary table is seen by
+    its own cursor only): a cursor, as a notebook thread would use, reads the same rows of the public views, the
+    uncompressed instance facts among them (a real DDP trace)."""
+    import traceql
+    from traceql import analysis
+
+    con = traceql.connect(train_ddp_run)
+    analysis.prepare(con)
+    cur = con.cursor()
+    for view in ("instance_facts", "kernel_signatures", "kernel_attribution", "device_summary", "instance_predictions"):
+        mine = con.sql(f"SELECT * FROM {view} ORDER BY ALL").fetchall()
+        assert mine, view
+        assert cur.sql(f"SELECT * FROM {view} ORDER BY ALL").fetchall() == mine, view
+    [(temporary,)] = con.sql("SELECT count(*) FROM duckdb_tables() WHERE temporary AND table_name LIKE '_materialized%'"
+                             ).fetchall()
+    assert temporary == 0
+    cur.close()
+    con.close()

@@ -430,7 +430,7 @@ def register(con: duckdb.DuckDBPyConnection, external: External | None = None) -
     cur = con.cursor()  # appends beside the stream that reads the facts on con
     try:
         kept_inst = duck.keep(cur, "_instance_baselines_data", "SELECT * FROM _input", INSTANCE_SCHEMA.empty_table(),
-                              compressed=False)
+                              checkpoint=False)
         for piece in instances(con, external, gpu_names, rows):
             duck.append(cur, kept_inst, piece)
     finally:

@@ -66,26 +66,29 @@ def connect() -> duckdb.DuckDBPyConnection:
 
 
 KEPT = "_kept"  # the in-memory database, compressed, that holds the tables an analysis computes once
+PLAIN = "_kept_plain"  # the same, uncompressed: for a table whose compression costs more than its memory is worth
 
 
 def keep(con: duckdb.DuckDBPyConnection, table: str, select: str, data: pa.Table | None = None,
-         compressed: bool = True) -> str:
+         compressed: bool = True, checkpoint: bool = True) -> str:
     """Compute ``select`` (over ``data``, named ``_input`` there, if given) once into ``table`` of an in-memory
-    database attached to ``con`` with compression on, and return the table's qualified name. After a checkpoint
-    (:func:`compress`) its columns are stored compressed as a database file's are (bit-packing, dictionaries,
-    frame-of-reference, ALP for doubles): a few times smaller than a temporary table's, and faster to scan. Cursors
-    of ``con`` see it too (they do not see temporary tables)."""
-    con.execute(f"ATTACH IF NOT EXISTS ':memory:' AS {KEPT} (COMPRESS)")
+    database attached to ``con``, and return the table's qualified name. ``compressed``: in the database with
+    compression on, where after a checkpoint (:func:`compress`; at once unless not ``checkpoint``) its columns are
+    stored as a database file's are (bit-packing, dictionaries, frame-of-reference, ALP for doubles): a few times
+    smaller than a temporary table's, and faster to scan. Cursors of ``con`` see these tables (they do not see
+    temporary tables)."""
+    database = KEPT if compressed else PLAIN
+    con.execute(f"ATTACH IF NOT EXISTS ':memory:' AS {database}{' (COMPRESS)' if compressed else ''}")
     if data is not None:
         con.register("_input", data)
     try:
-        con.execute(f'CREATE OR REPLACE TABLE {KEPT}."{table}" AS {select}')
+        con.execute(f'CREATE OR REPLACE TABLE {database}."{table}" AS {select}')
     finally:
         if data is not None:
             con.unregister("_input")
-    if compressed:
+    if compressed and checkpoint:
         compress(con)
-    return f'{KEPT}."{table}"'
+    return f'{database}."{table}"'
 
 
 def append(con: duckdb.DuckDBPyConnection, kept: str, data: pa.Table) -> None:

@@ -129,7 +129,7 @@ def identifiers(sql: str) -> set[str]:
 
 def materialize(con: duckdb.DuckDBPyConnection, views: tuple[str, ...], uncompressed: tuple[str, ...] = ()) -> None:
     """Compute ``views`` once on this connection; later queries of them (and of views over them) read the result:
-    a kept table (``duck.keep``, compressed), or a temporary table for those of ``uncompressed``.
+    a kept table (``duck.keep``), compressed but for those of ``uncompressed``.
 
     Do it after every view the results depend on is final (NVTX groups, an external baseline).
     """
@@ -139,9 +139,5 @@ def materialize(con: duckdb.DuckDBPyConnection, views: tuple[str, ...], uncompre
     for view in views:
         if view not in present:
             continue
-        if view in uncompressed:
-            con.execute(f'CREATE OR REPLACE TEMP TABLE "_materialized_{view}" AS SELECT * FROM "{view}"')
-            table = f'temp."_materialized_{view}"'
-        else:
-            table = duck.keep(con, f"_materialized_{view}", f'SELECT * FROM "{view}"')
+        table = duck.keep(con, f"_materialized_{view}", f'SELECT * FROM "{view}"', compressed=view not in uncompressed)
         con.execute(f'CREATE OR REPLACE VIEW "{view}" AS SELECT * FROM {table}')

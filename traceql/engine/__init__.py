@@ -111,7 +111,7 @@ def _fill(con: duckdb.DuckDBPyConnection, table: str, groups: Iterable[tuple[tup
     appends go through a cursor, since a statement on ``con`` would close the stream that reads the input there."""
     cur = con.cursor()
     try:
-        kept = duck.keep(cur, table, "SELECT * FROM _input", schema.empty_table(), compressed=False)
+        kept = duck.keep(cur, table, "SELECT * FROM _input", schema.empty_table(), checkpoint=False)
         piece: list[tuple[tuple[str, int], Columns]] = []
         rows = 0
         for key, cols in groups:
