@@ -69,24 +69,30 @@ KEPT = "_kept"  # the in-memory database, compressed, that holds the tables an a
 PLAIN = "_kept_plain"  # the same, uncompressed: for a table whose compression costs more than its memory is worth
 
 
+# a table this long is compressed at once; a shorter one waits for the next checkpoint: each costs tens of
+# milliseconds whatever it compresses, more than a short table's memory is worth
+CHECKPOINT_ROWS = 1 << 18
+
+
 def keep(con: duckdb.DuckDBPyConnection, table: str, select: str, data: pa.Table | None = None,
          compressed: bool = True, checkpoint: bool = True) -> str:
     """Compute ``select`` (over ``data``, named ``_input`` there, if given) once into ``table`` of an in-memory
     database attached to ``con``, and return the table's qualified name. ``compressed``: in the database with
-    compression on, where after a checkpoint (:func:`compress`; at once unless not ``checkpoint``) its columns are
-    stored as a database file's are (bit-packing, dictionaries, frame-of-reference, ALP for doubles): a few times
-    smaller than a temporary table's, and faster to scan. Cursors of ``con`` see these tables (they do not see
-    temporary tables)."""
+    compression on, where after a checkpoint (:func:`compress`) its columns are stored as a database file's are
+    (bit-packing, dictionaries, frame-of-reference, ALP for doubles): a few times smaller than a temporary table's,
+    and faster to scan. The checkpoint comes at once for a table of ``CHECKPOINT_ROWS`` rows or more (unless not
+    ``checkpoint``); a shorter one is compressed by the next, if any. Cursors of ``con`` see these tables (they do
+    not see temporary tables)."""
     database = KEPT if compressed else PLAIN
     con.execute(f"ATTACH IF NOT EXISTS ':memory:' AS {database}{' (COMPRESS)' if compressed else ''}")
     if data is not None:
         con.register("_input", data)
     try:
-        con.execute(f'CREATE OR REPLACE TABLE {database}."{table}" AS {select}')
+        [(rows,)] = con.execute(f'CREATE OR REPLACE TABLE {database}."{table}" AS {select}').fetchall()
     finally:
         if data is not None:
             con.unregister("_input")
-    if compressed and checkpoint:
+    if compressed and checkpoint and rows >= CHECKPOINT_ROWS:
         compress(con)
     return f'{database}."{table}"'
 
@@ -101,5 +107,6 @@ def append(con: duckdb.DuckDBPyConnection, kept: str, data: pa.Table) -> None:
 
 
 def compress(con: duckdb.DuckDBPyConnection) -> None:
-    """Compress what the kept tables gained since the last time (a checkpoint of their database)."""
-    con.execute(f"CHECKPOINT {KEPT}")
+    """Compress what the kept tables gained since the last time (a checkpoint of their database, if attached)."""
+    if con.sql(f"SELECT count(*) FROM duckdb_databases() WHERE database_name = '{KEPT}'").fetchall()[0][0]:
+        con.execute(f"CHECKPOINT {KEPT}")

@@ -113,10 +113,12 @@ def _fill(con: duckdb.DuckDBPyConnection, table: str, groups: Iterable[tuple[tup
     try:
         kept = duck.keep(cur, table, "SELECT * FROM _input", schema.empty_table(), checkpoint=False)
         piece: list[tuple[tuple[str, int], Columns]] = []
-        rows = 0
+        rows = rows_in_all = 0
         for key, cols in groups:
             piece.append((key, cols))
-            rows += len(next(iter(cols.values()))) if cols else 0
+            n = len(next(iter(cols.values()))) if cols else 0
+            rows += n
+            rows_in_all += n
             if rows >= APPEND_ROWS:
                 duck.append(cur, kept, _assemble(piece, schema, nan_is_null))
                 piece, rows = [], 0
@@ -124,7 +126,8 @@ def _fill(con: duckdb.DuckDBPyConnection, table: str, groups: Iterable[tuple[tup
             duck.append(cur, kept, _assemble(piece, schema, nan_is_null))
     finally:
         cur.close()
-    duck.compress(con)
+    if rows_in_all >= duck.CHECKPOINT_ROWS:
+        duck.compress(con)
     return kept
 
 
