@@ -151,12 +151,13 @@ def instances(con: duckdb.DuckDBPyConnection, external: External | None, gpu_nam
         return pools
 
     parts: list[dict] = []  # per signature, its instances' columns (run and baseline source as codes)
+    in_parts = 0  # their rows
     runs: dict[str, int] = {}
     sources: dict[str, int] = {}
     pool_id = 0
 
     def collect(f: dict, pools) -> None:
-        nonlocal pool_id
+        nonlocal pool_id, in_parts
         n = len(f["sig"])
         inst = {"run_id": np.full(n, runs.setdefault(f["run"][0], len(runs)), dtype=np.int32),
                 "activity_id": f["activity_id"], "group_id": np.full(n, -1, dtype=np.int64),
@@ -174,6 +175,7 @@ def instances(con: duckdb.DuckDBPyConnection, external: External | None, gpu_nam
                     inst["baseline"][idx] = -1 if source is None else sources.setdefault(source, len(sources))
                 rows.append(row)
         parts.append(inst)
+        in_parts += n
 
     # signatures are independent: numpy's sorts and medians run in parallel threads, in order of the scan
     workers = max(1, duck.usable_cpus())
@@ -184,9 +186,9 @@ def instances(con: duckdb.DuckDBPyConnection, external: External | None, gpu_nam
             while len(pending) > 2 * workers:
                 done, future = pending.pop(0)
                 collect(done, future.result())
-            if sum(len(p["activity_id"]) for p in parts) >= (piece_rows or FACT_BATCH_ROWS):
+            if in_parts >= (piece_rows or FACT_BATCH_ROWS):
                 yield _instances_table(parts, list(runs), list(sources))
-                parts = []
+                parts, in_parts = [], 0
         for done, future in pending:
             collect(done, future.result())
     if parts:

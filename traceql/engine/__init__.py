@@ -132,7 +132,7 @@ def _fill(con: duckdb.DuckDBPyConnection, table: str, groups: Iterable[tuple[tup
 
 
 def _store(con: duckdb.DuckDBPyConnection, view: str, select: str) -> None:
-    """``view`` now reads the result of ``select``, computed once into a temporary table."""
+    """``view`` now reads the result of ``select``, computed once into a kept table (``duck.keep``)."""
     kept = duck.keep(con, f"_materialized_{view}", select)
     con.execute(f'CREATE OR REPLACE VIEW "{view}" AS SELECT * FROM {kept}')
 
