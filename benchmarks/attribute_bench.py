@@ -327,26 +327,32 @@ class Child:
 
 
 def _dir_bytes(path: Path) -> int:
+    """The bytes of the files under ``path``, subfolders included."""
     total = 0
     with contextlib.suppress(OSError):
         for entry in os.scandir(path):
             with contextlib.suppress(OSError):
-                total += entry.stat(follow_symlinks=False).st_size
+                if entry.is_dir(follow_symlinks=False):
+                    total += _dir_bytes(Path(entry.path))
+                else:
+                    total += entry.stat(follow_symlinks=False).st_size
     return total
 
 
 def child(args: list[str], folder: Path, timeout_s: float, max_spill_mib: float) -> Child:
     """Run ``args`` as a fresh child process in its own ``folder``; its wall and CPU time, peak RSS and spill.
 
-    DuckDB spills to ``./.tmp``: a folder of its own keeps the spill measurable and safe (a spill folder shared
-    with other DuckDB processes, tests run from the repository say, can be removed under it when one of them
-    exits). The child is killed past ``timeout_s`` or once its spill exceeds ``max_spill_mib``, so a run that
-    cannot finish does not fill the disk.
+    DuckDB spills to ``./.tmp``, and under ``$TRACEQL_MEMORY_LIMIT`` to a folder in the system's temporary
+    directory, which the child gets as ``./.tmp`` too (``TMPDIR``): a folder of its own keeps the spill measurable
+    and safe (a spill folder shared with other DuckDB processes, tests run from the repository say, can be removed
+    under it when one of them exits). The child is killed past ``timeout_s`` or once its spill exceeds
+    ``max_spill_mib``, so a run that cannot finish does not fill the disk.
     """
-    folder.mkdir(parents=True, exist_ok=True)
+    (folder / ".tmp").mkdir(parents=True, exist_ok=True)
     with (folder / "output.txt").open("w+") as out:
         t = time.perf_counter()
-        p = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, cwd=folder)
+        p = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, cwd=folder,
+                             env={**os.environ, "TMPDIR": str(folder / ".tmp")})
         killed, spill = None, 0
         while True:
             pid, status, usage = os.wait4(p.pid, os.WNOHANG)  # this child's own rusage, not all children's
