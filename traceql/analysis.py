@@ -64,7 +64,7 @@ def prepare(con: duckdb.DuckDBPyConnection, external: baselines.External | None 
     # the instance facts (the widest table: a row of 47 columns per activity) stay uncompressed unless memory is
     # capped: compressing them took longer than computing them (2.3 s against 1.6 s for the 2.2 M activities of a
     # real DDP trace), and the peak comes while they are computed, not after
-    plain = () if duck.capped() else ("_instance_facts",)
+    plain = () if duck.memory_limit() else ("_instance_facts",)
     for view in UPSTREAM:
         if sweeps == "engine" and view in engine.STAGES:
             engine.STAGES[view](con)

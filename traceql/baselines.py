@@ -429,14 +429,8 @@ def register(con: duckdb.DuckDBPyConnection, external: External | None = None) -
     """Compute both tables and put them where the views ``_instance_baselines``/``_signature_stats`` read."""
     gpu_names = {(r[0], int(r[1])): r[2] for r in con.sql("SELECT run_id, device_id, name FROM devices").fetchall()}
     rows: list[dict] = []
-    cur = con.cursor()  # appends beside the stream that reads the facts on con
-    try:
-        kept_inst = duck.keep(cur, "_instance_baselines_data", "SELECT * FROM _input", INSTANCE_SCHEMA.empty_table(),
-                              checkpoint=False)
-        for piece in instances(con, external, gpu_names, rows):
-            duck.append(cur, kept_inst, piece)
-    finally:
-        cur.close()
+    kept_inst = duck.keep_pieces(con, "_instance_baselines_data", INSTANCE_SCHEMA.empty_table(),
+                                 instances(con, external, gpu_names, rows))
     kept_stats = duck.keep(con, "_signature_stats_data", "SELECT * FROM _input",
                            pa.Table.from_pylist(rows, schema=STATS_SCHEMA))
     con.execute(f"CREATE OR REPLACE VIEW _instance_baselines AS SELECT * FROM {kept_inst}")

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import enum
-import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -602,10 +601,10 @@ def _out_of_memory() -> tuple[type[Exception], ...]:
 
 
 def _out_of_memory_text(exc: Exception) -> str:
-    from .duck import MEMORY_LIMIT_ENV  # duck imports duckdb: only once something failed
+    from .duck import MEMORY_LIMIT_ENV, memory_limit  # duck imports duckdb: only once something failed
 
     first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    limit = os.environ.get(MEMORY_LIMIT_ENV, "").strip()
+    limit = memory_limit()
     advice = (f"{MEMORY_LIMIT_ENV}={limit} is too small for this work: raise it (DuckDB's tables spill to disk past "
               "it)" if limit else
               f"set {MEMORY_LIMIT_ENV} (e.g. 4GB) below the memory this machine has free, so that DuckDB's tables "

@@ -13,6 +13,7 @@ import functools
 import os
 import shutil
 import tempfile
+from collections.abc import Iterable
 
 import duckdb
 import pyarrow as pa
@@ -39,9 +40,9 @@ def _spill_folder() -> str:
     return folder
 
 
-def capped() -> bool:
-    """Whether ``$TRACEQL_MEMORY_LIMIT`` caps DuckDB's memory."""
-    return bool(os.environ.get(MEMORY_LIMIT_ENV, "").strip())
+def memory_limit() -> str:
+    """``$TRACEQL_MEMORY_LIMIT`` as given (DuckDB's size syntax), or "" when memory is not capped."""
+    return os.environ.get(MEMORY_LIMIT_ENV, "").strip()
 
 
 def connect() -> duckdb.DuckDBPyConnection:
@@ -52,7 +53,7 @@ def connect() -> duckdb.DuckDBPyConnection:
     DuckDB's own default applies (80% of the machine's memory).
     """
     config: dict[str, str | int] = {"threads": usable_cpus()}
-    limit = os.environ.get(MEMORY_LIMIT_ENV, "").strip()
+    limit = memory_limit()
     if limit:
         config["memory_limit"] = limit
         config["temp_directory"] = _spill_folder()
@@ -81,7 +82,8 @@ def keep(con: duckdb.DuckDBPyConnection, table: str, select: str, data: pa.Table
     compression on, where after a checkpoint (:func:`compress`) its columns are stored as a database file's are
     (bit-packing, dictionaries, frame-of-reference, ALP for doubles): a few times smaller than a temporary table's,
     and faster to scan. The checkpoint comes at once for a table of ``CHECKPOINT_ROWS`` rows or more (unless not
-    ``checkpoint``); a shorter one is compressed by the next, if any. Cursors of ``con`` see these tables (they do
+    ``checkpoint``: :func:`keep_pieces` checkpoints once its pieces are in); a shorter one is compressed by the
+    next, if any. Cursors of ``con`` see these tables (they do
     not see temporary tables)."""
     database = KEPT if compressed else PLAIN
     con.execute(f"ATTACH IF NOT EXISTS ':memory:' AS {database}{' (COMPRESS)' if compressed else ''}")
@@ -93,20 +95,34 @@ def keep(con: duckdb.DuckDBPyConnection, table: str, select: str, data: pa.Table
         if data is not None:
             con.unregister("_input")
     if compressed and checkpoint and rows >= CHECKPOINT_ROWS:
-        compress(con)
+        _compress(con)
     return f'{database}."{table}"'
 
 
-def append(con: duckdb.DuckDBPyConnection, kept: str, data: pa.Table) -> None:
-    """Append ``data`` (the table's columns, in order) to the kept table ``kept``."""
-    con.register("_input", data)
+def keep_pieces(con: duckdb.DuckDBPyConnection, table: str, empty: pa.Table, pieces: Iterable[pa.Table],
+                compressed: bool = True) -> str:
+    """A kept table (:func:`keep`) of the columns of ``empty``, appended a piece at a time as ``pieces`` yields them,
+    so that memory holds a piece and DuckDB's table (which it can spill), not the whole result twice. The appends go
+    through a cursor: ``pieces`` may be computed from a stream that reads on ``con``, which a statement on ``con``
+    would close."""
+    cur = con.cursor()
+    rows = 0
     try:
-        con.execute(f"INSERT INTO {kept} SELECT * FROM _input")
+        kept = keep(cur, table, "SELECT * FROM _input", empty, compressed, checkpoint=False)
+        for piece in pieces:
+            cur.register("_input", piece)
+            try:
+                cur.execute(f"INSERT INTO {kept} SELECT * FROM _input")
+            finally:
+                cur.unregister("_input")
+            rows += piece.num_rows
     finally:
-        con.unregister("_input")
+        cur.close()
+    if compressed and rows >= CHECKPOINT_ROWS:
+        _compress(con)
+    return kept
 
 
-def compress(con: duckdb.DuckDBPyConnection) -> None:
-    """Compress what the kept tables gained since the last time (a checkpoint of their database, if attached)."""
-    if con.sql(f"SELECT count(*) FROM duckdb_databases() WHERE database_name = '{KEPT}'").fetchall()[0][0]:
-        con.execute(f"CHECKPOINT {KEPT}")
+def _compress(con: duckdb.DuckDBPyConnection) -> None:
+    """Compress what the kept tables gained since the last time (a checkpoint of their database)."""
+    con.execute(f"CHECKPOINT {KEPT}")

@@ -139,5 +139,14 @@ def materialize(con: duckdb.DuckDBPyConnection, views: tuple[str, ...], uncompre
     for view in views:
         if view not in present:
             continue
-        table = duck.keep(con, f"_materialized_{view}", f'SELECT * FROM "{view}"', compressed=view not in uncompressed)
-        con.execute(f'CREATE OR REPLACE VIEW "{view}" AS SELECT * FROM {table}')
+        keep_view(con, view, f'SELECT * FROM "{view}"', compressed=view not in uncompressed)
+
+
+def keep_view(con: duckdb.DuckDBPyConnection, view: str, select: str, compressed: bool = True) -> None:
+    """``view`` now reads the result of ``select``, computed once into a kept table (``duck.keep``)."""
+    point_view(con, view, duck.keep(con, f"_materialized_{view}", select, compressed=compressed))
+
+
+def point_view(con: duckdb.DuckDBPyConnection, view: str, table: str) -> None:
+    """``view`` now reads ``table`` (the result computed for it)."""
+    con.execute(f'CREATE OR REPLACE VIEW "{view}" AS SELECT * FROM {table}')

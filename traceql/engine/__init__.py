@@ -26,7 +26,7 @@ import pyarrow.compute as pc
 
 from .. import duck
 from ..duck import usable_cpus
-from ..queries_loader import materialize
+from ..queries_loader import keep_view, materialize, point_view
 from . import sweeps
 
 METRICS = ("sm_active_pct", "dram_pct", "gpc_clock_mhz", "nvlink_pct", "pcie_pct")
@@ -100,41 +100,26 @@ def _publish(con: duckdb.DuckDBPyConnection, view: str, groups: Iterable[tuple[t
     """Store the result as the table that ``view`` now reads (the naming of ``queries_loader.materialize``).
     ``groups``: per (run, device), its columns (numpy, masked where NULL; ``nan_is_null``: NaN is NULL), appended
     with the run and device of each row as they come (:func:`_fill`)."""
-    kept = _fill(con, f"_materialized_{view}", groups, schema, nan_is_null)
-    con.execute(f'CREATE OR REPLACE VIEW "{view}" AS SELECT * FROM {kept}')
+    point_view(con, view, _fill(con, f"_materialized_{view}", groups, schema, nan_is_null))
 
 
 def _fill(con: duckdb.DuckDBPyConnection, table: str, groups: Iterable[tuple[tuple[str, int], Columns]],
-          schema: pa.Schema, nan_is_null: tuple[str, ...]) -> str:
-    """A kept table (``duck.keep``) of ``groups``, appended in pieces of at least ``APPEND_ROWS`` rows as the sweeps
-    finish them: memory holds a piece and DuckDB's table (which it can spill), never the whole result twice. The
-    appends go through a cursor, since a statement on ``con`` would close the stream that reads the input there."""
-    cur = con.cursor()
-    try:
-        kept = duck.keep(cur, table, "SELECT * FROM _input", schema.empty_table(), checkpoint=False)
+          schema: pa.Schema, nan_is_null: tuple[str, ...], compressed: bool = True) -> str:
+    """A kept table (``duck.keep_pieces``) of ``groups``, assembled and appended in pieces of at least
+    ``APPEND_ROWS`` rows as the sweeps finish them."""
+    def pieces() -> Iterator[pa.Table]:
         piece: list[tuple[tuple[str, int], Columns]] = []
-        rows = rows_in_all = 0
+        rows = 0
         for key, cols in groups:
             piece.append((key, cols))
-            n = len(next(iter(cols.values()))) if cols else 0
-            rows += n
-            rows_in_all += n
+            rows += len(next(iter(cols.values()))) if cols else 0
             if rows >= APPEND_ROWS:
-                duck.append(cur, kept, _assemble(piece, schema, nan_is_null))
+                yield _assemble(piece, schema, nan_is_null)
                 piece, rows = [], 0
         if piece:
-            duck.append(cur, kept, _assemble(piece, schema, nan_is_null))
-    finally:
-        cur.close()
-    if rows_in_all >= duck.CHECKPOINT_ROWS:
-        duck.compress(con)
-    return kept
+            yield _assemble(piece, schema, nan_is_null)
 
-
-def _store(con: duckdb.DuckDBPyConnection, view: str, select: str) -> None:
-    """``view`` now reads the result of ``select``, computed once into a kept table (``duck.keep``)."""
-    kept = duck.keep(con, f"_materialized_{view}", select)
-    con.execute(f'CREATE OR REPLACE VIEW "{view}" AS SELECT * FROM {kept}')
+    return duck.keep_pieces(con, table, schema.empty_table(), pieces(), compressed)
 
 
 def _assemble(groups: list[tuple[tuple[str, int], Columns]], schema: pa.Schema,
@@ -345,7 +330,8 @@ def _enclosing(con: duckdb.DuckDBPyConnection, ranges: str) -> str:
 
     groups = ((k, d) for k, d in _grouped(con, sql, "part, a, text", by="global_tid")
               if 0 < np.searchsorted(d["part"], 1) < len(d["part"]))
-    return _fill(con, "_enclosing", _map(groups, work), ENCLOSING_SCHEMA, ())
+    # staged for the SQL over it and dropped: not worth compressing
+    return _fill(con, "_enclosing", _map(groups, work), ENCLOSING_SCHEMA, (), compressed=False)
 
 
 def _from_enclosing(con: duckdb.DuckDBPyConnection, view: str, ranges: str, select: str) -> None:
@@ -353,7 +339,7 @@ def _from_enclosing(con: duckdb.DuckDBPyConnection, view: str, ranges: str, sele
     there), computed once."""
     staged = _enclosing(con, ranges)
     try:
-        _store(con, view, f"WITH _input AS (SELECT * FROM {staged}) {select}")
+        keep_view(con, view, f"WITH _input AS (SELECT * FROM {staged}) {select}")
     finally:
         con.execute(f"DROP TABLE IF EXISTS {staged}")
 
