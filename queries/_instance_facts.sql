@@ -2,6 +2,7 @@
 -- one row per GPU activity instance (every kernel whatever its kind, every copy and set), with the facts attribution
 -- aggregates: its duration and cycles, the exact time each class of co-runner overlapped it, the SMs co-running
 -- kernels held, the GPU metrics and the NVML sample during it, and where in its step it was launched.
+-- It reads _instance_parts: each activity's row of _activity_rows beside its row of _instance_sweeps.
 -- columns:
 --   run_id              VARCHAR  run
 --   device_id           INTEGER  physical GPU
@@ -50,40 +51,24 @@
 --   power_w             DOUBLE   NVML power sample at its midpoint (W; traceql collect --power)
 --   nvml_sm_clock_mhz   DOUBLE   NVML SM clock sample at its midpoint (MHz)
 --   throttle_reasons    BIGINT   NVML clock throttle reasons bitmask at its midpoint
-WITH facts AS (
-    SELECT a.run_id, a.device_id, a.activity_id, a.activity, a.kind, a.corunner_kind AS activity_class,
-           a.global_pid, a.correlation_id, a.stream_id, g.nvtx,
-           a.dynamic_smem_bytes, a.bytes, a.ctas, a.threads_per_block, a.regs_per_thread, a.static_smem_bytes,
-           a.launch_occupancy, a.sig,
-           c.step_start_ns, c.step_text, c.occurrence, a.start_ns, a.end_ns, a.dur_ns, o.comm_overlap_ns, o.compute_overlap_ns,
-           o.copy_overlap_ns, o.overlap_ns,
-           CASE WHEN a.dur_ns > 0 THEN o.overlap_ns / a.dur_ns END AS overlap_fraction,
-           CASE WHEN a.dur_ns > 0 THEN o.comm_overlap_ns / a.dur_ns END AS comm_fraction,
-           CASE WHEN o.overlap_ns = 0 THEN NULL
-                WHEN o.comm_overlap_ns >= greatest(o.compute_overlap_ns, o.copy_overlap_ns) THEN 'comm'
-                WHEN o.compute_overlap_ns >= o.copy_overlap_ns THEN 'compute'
-                ELSE 'copy' END AS corunner_kind,
-           CASE WHEN o.overlap_ns > 0 THEN o.corunner_sm_ns::DOUBLE / o.overlap_ns END AS corunner_sms,
-           CASE WHEN a.dur_ns > 0 AND o.sm_count > 0
-                THEN least(1.0, o.corunner_sm_ns::DOUBLE / a.dur_ns / o.sm_count) END AS sm_share,
-           CASE WHEN a.dur_ns > 0 AND o.sm_count > 0
-                THEN least(1.0, o.comm_sm_ns::DOUBLE / a.dur_ns / o.sm_count) END AS comm_sm_share,
-           o.sm_count, m.samples, m.sm_active_pct, m.dram_pct, m.gpc_clock_mhz, m.nvlink_pct, m.pcie_pct,
-           a.dur_ns * m.gpc_clock_mhz / 1000 AS cycles, d.co_dram_pct, d.co_working_set_bytes
-    FROM _activity_rows a
-    JOIN _instance_overlap o USING (run_id, device_id, activity_id)
-    LEFT JOIN _instance_metrics m USING (run_id, device_id, activity_id)
-    LEFT JOIN _corunner_dram d USING (run_id, device_id, activity_id)
-    LEFT JOIN _activity_occurrence c USING (run_id, activity_id)
-    LEFT JOIN _activity_groups g USING (run_id, activity_id)
-), sampled AS (
-    -- the NVML sample at each midpoint, joined on the keys alone and only on devices with samples: an ASOF join
-    -- sorts its whole left side, which the wide facts would make the dearest step here
-    SELECT a.run_id, a.device_id, a.activity_id, (a.start_ns + a.end_ns) // 2 AS mid_ns
-    FROM _activity_rows a SEMI JOIN (SELECT DISTINCT run_id, device_id FROM power) d USING (run_id, device_id)
-), power_at AS (
-    SELECT s.run_id, s.activity_id, p.power_w, p.sm_clock_mhz AS nvml_sm_clock_mhz, p.throttle_reasons
-    FROM sampled s ASOF JOIN power p ON p.run_id = s.run_id AND p.device_id = s.device_id AND p.ts_ns <= s.mid_ns
-)
-SELECT f.*, p.power_w, p.nvml_sm_clock_mhz, p.throttle_reasons
-FROM facts f LEFT JOIN power_at p USING (run_id, activity_id)
+SELECT run_id, device_id, activity_id, activity, kind, corunner_kind AS activity_class,
+       global_pid, correlation_id, stream_id, nvtx,
+       dynamic_smem_bytes, bytes, ctas, threads_per_block, regs_per_thread, static_smem_bytes,
+       launch_occupancy, sig,
+       step_start_ns, step_text, occurrence, start_ns, end_ns, dur_ns, comm_overlap_ns, compute_overlap_ns,
+       copy_overlap_ns, overlap_ns,
+       CASE WHEN dur_ns > 0 THEN overlap_ns / dur_ns END AS overlap_fraction,
+       CASE WHEN dur_ns > 0 THEN comm_overlap_ns / dur_ns END AS comm_fraction,
+       CASE WHEN overlap_ns = 0 THEN NULL
+            WHEN comm_overlap_ns >= greatest(compute_overlap_ns, copy_overlap_ns) THEN 'comm'
+            WHEN compute_overlap_ns >= copy_overlap_ns THEN 'compute'
+            ELSE 'copy' END AS corunner_kind,
+       CASE WHEN overlap_ns > 0 THEN corunner_sm_ns::DOUBLE / overlap_ns END AS corunner_sms,
+       CASE WHEN dur_ns > 0 AND sm_count > 0
+            THEN least(1.0, corunner_sm_ns::DOUBLE / dur_ns / sm_count) END AS sm_share,
+       CASE WHEN dur_ns > 0 AND sm_count > 0
+            THEN least(1.0, comm_sm_ns::DOUBLE / dur_ns / sm_count) END AS comm_sm_share,
+       sm_count, samples, sm_active_pct, dram_pct, gpc_clock_mhz, nvlink_pct, pcie_pct,
+       dur_ns * gpc_clock_mhz / 1000 AS cycles, co_dram_pct, co_working_set_bytes,
+       power_w, nvml_sm_clock_mhz, throttle_reasons
+FROM _instance_parts

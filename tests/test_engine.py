@@ -1,6 +1,7 @@
 """The numpy engine (traceql.engine) against the reference SQL of the views it replaces, and against brute force.
 
-On every bundled real trace, ``prepare`` with the engine and ``prepare(sweeps="sql")`` must give the same tables:
+On every bundled real trace, ``prepare`` with the engine (one pass per device: ``_instance_sweeps`` and the views
+that are projections of it) and ``prepare(sweeps="sql")`` (the reference SQL of each view) must give the same tables:
 integers (ns, SM·ns, sample counts) exactly, averages to floating-point rounding. Random layouts check the sweep
 itself against a count of unit time cells (the reference of tests/test_intervals_property.py).
 """
@@ -18,7 +19,7 @@ from test_intervals_property import KINDS, S, _reference, activity
 
 import traceql
 from traceql import analysis
-from traceql.engine import sweeps
+from traceql.engine import SWEPT, sweeps
 
 TABLES = {
     "_instance_overlap": ("activity_id", "comm_overlap_ns", "compute_overlap_ns", "copy_overlap_ns", "overlap_ns",
@@ -28,6 +29,10 @@ TABLES = {
                           "pcie_pct"),
     "_corunner_dram": ("activity_id", "own_dram_pct", "co_dram_pct", "co_working_set_bytes"),
     "_activity_occurrence": ("activity_id", "global_tid", "step_start_ns", "step_text", "occurrence"),
+    "_activity_dram": ("activity_id", "start_ns", "end_ns", "dram_pct", "working_set_bytes"),
+    # every column the one pass per device gives (the views above are projections of it)
+    "_instance_sweeps": ("activity_id", *SWEPT.names),
+    "_activity_rows": ("activity_id", "activity", "kind", "start_ns", "end_ns", "sm_held", "sig"),
     "instance_facts": ("activity_id", "comm_overlap_ns", "corunner_sms", "sm_share", "dram_pct", "co_dram_pct",
                        "samples", "cycles"),
     "kernel_attribution": ("group_id", "name", "grid", "n", "t0_ns", "t1_ns", "slowdown", "predicted", "class",

@@ -318,11 +318,14 @@ def test_names_matter_only_through_their_class(rename, sqlite_export, tmp_path):
 
 def _unions(run: Path, how: str) -> list[tuple]:
     with traceql.connect(run, views=False) as con:
-        create_views(con, only=["_device_unions", "_union_intervals", "_activity_rows"])
+        if how == "full_engine":  # the engine's stages as prepare runs them
+            create_views(con)
+            for stage in engine.STAGES.values():
+                stage(con)
+        else:
+            create_views(con, only=["_device_unions", "_union_intervals", "_activity_rows"])
         if how == "device_unions":
             engine.device_unions(con)
-        elif how == "full_engine":
-            engine.STAGES["_instance_overlap"](con)
         # "sql": the view's reference SQL over _activity_steps
         return con.sql("SELECT run_id, device_id, compute_ns, comm_ns, overlap_ns FROM _device_unions "
                        "ORDER BY ALL").fetchall()

@@ -18,11 +18,11 @@ from .queries_loader import materialize
 
 # computed once, upstream first: each is read by several views downstream; the engine's stages replace theirs.
 # devices and _ncu_demand are small but read by many views: over a store of many runs each read opens a file per run
-UPSTREAM = ("devices", "_ncu_demand", "_activity_rows", "_signatures", "_instance_overlap", "_instance_metrics",
-            "_activity_dram", "_corunner_dram", "_activity_occurrence", "_activity_groups", "_instance_facts")
+UPSTREAM = ("devices", "_ncu_demand", "_activity_rows", "_signatures", "_activity_occurrence", "_activity_groups",
+            "_instance_sweeps", "_instance_facts")
 # the reference SQL of the engine's stages, computed once when prepare(sweeps="sql")
-SQL_STAGES = {"_instance_overlap": ("_activity_steps", "_instance_overlap", "_device_unions"),
-              "_instance_metrics": ("_metric_samples", "_instance_metrics")}
+SQL_STAGES = {"_instance_sweeps": ("_activity_steps", "_instance_overlap", "_device_unions", "_metric_samples",
+                                   "_instance_metrics", "_activity_dram", "_corunner_dram", "_instance_sweeps")}
 DOWNSTREAM = ("_device_calibration", "kernel_signatures", "instance_predictions", "kernel_attribution",
               "device_summary")
 # views that read the baselines: a query that names one of them needs prepare()
@@ -68,6 +68,8 @@ def prepare(con: duckdb.DuckDBPyConnection, external: baselines.External | None 
     for view in UPSTREAM:
         if sweeps == "engine" and view in engine.STAGES:
             engine.STAGES[view](con)
+        elif sweeps == "engine" and view == "_instance_facts":
+            continue  # derived, row by row, from the activity rows and the sweeps read side by side (_instance_parts)
         else:
             materialize(con, SQL_STAGES.get(view, (view,)), uncompressed=plain)
     baselines.register(con, external)

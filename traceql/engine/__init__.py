@@ -41,21 +41,28 @@ INFLIGHT_ROWS = 1 << 22  # rows of devices read and not yet swept past which rea
 Columns = dict[str, np.ndarray]
 
 
-def _grouped(con: duckdb.DuckDBPyConnection, sql: str, order: str = "", by: str = "device_id") \
+def _grouped(con: duckdb.DuckDBPyConnection, sql: str, order: str = "", by: str = "device_id",
+             numbers: tuple[str, ...] | None = None, rows: bool = False, ordered: bool = False) \
         -> Iterator[tuple[tuple[str, int], Columns]]:
     """The rows of ``sql`` (which has columns run_id and ``by``, a device or a thread) per (run, ``by``), in that
     order: one scan, streamed in batches; each group's columns as numpy arrays (numbers masked where NULL, text as
-    objects), without run_id and ``by``. A batch is converted to numpy once and its groups are views into it, so a
-    store of thousands of small devices costs one conversion per batch, not one per device."""
-    reader = con.sql(f"SELECT * FROM ({sql}) ORDER BY run_id, {by}{', ' + order if order else ''}") \
-        .to_arrow_reader(BATCH_ROWS)
-    key, parts = None, []
+    objects), without run_id and ``by``; only those of ``numbers`` if given, and with ``rows``, the group's rows
+    as they came too (an Arrow table under ``"_rows"``). ``ordered``: ``sql`` reads a table kept in that order,
+    which DuckDB returns as it is kept (its insertion order), so the scan is not sorted again; a group seen twice
+    is an error. A batch is converted to numpy once and its groups are views into it, so a store of thousands of
+    small devices costs one conversion per batch, not one per device."""
+    query = f"SELECT * FROM ({sql})"
+    if not ordered:
+        query += f" ORDER BY run_id, {by}{', ' + order if order else ''}"
+    reader = con.sql(query).to_arrow_reader(BATCH_ROWS)
+    key, parts, seen = None, [], set()
     for batch in reader:
         run, dev = batch.column("run_id"), batch.column(by)
         n = batch.num_rows
         if n == 0:
             continue
-        cols = _columns(batch, skip=("run_id", by))
+        cols = _columns(batch, skip=("run_id", by), only=numbers)
+        table = pa.Table.from_batches([batch]) if rows else None
         change = np.flatnonzero(np.asarray(pc.or_(pc.not_equal(run[1:], run[:-1]),
                                                   pc.not_equal(dev[1:], dev[:-1])), dtype=bool)) + 1
         starts = [0, *change.tolist()]
@@ -64,8 +71,14 @@ def _grouped(con: duckdb.DuckDBPyConnection, sql: str, order: str = "", by: str 
             if k != key and parts:
                 yield key, _joined(parts)
                 parts = []
+            if ordered and k != key:
+                if k in seen:
+                    raise RuntimeError(f"the rows of {sql!r} are not in the order they were kept in")
+                seen.add(k)
             key = k
             parts.append({c: v[a:b] for c, v in cols.items()})
+            if table is not None:
+                parts[-1]["_rows"] = table.slice(a, b - a)
     if parts:
         yield key, _joined(parts)
 
@@ -74,14 +87,16 @@ def _joined(parts: list[Columns]) -> Columns:
     """One group's columns from the pieces that consecutive batches hold."""
     if len(parts) == 1:
         return parts[0]
-    return {c: (np.ma.concatenate if np.ma.isMaskedArray(v) else np.concatenate)([p[c] for p in parts])
+    return {c: pa.concat_tables([p[c] for p in parts]) if isinstance(v, pa.Table) else
+            (np.ma.concatenate if np.ma.isMaskedArray(v) else np.concatenate)([p[c] for p in parts])
             for c, v in parts[0].items()}
 
 
-def _columns(table: pa.Table | pa.RecordBatch, skip: tuple[str, ...] = ("run_id", "device_id")) -> Columns:
+def _columns(table: pa.Table | pa.RecordBatch, skip: tuple[str, ...] = ("run_id", "device_id"),
+             only: tuple[str, ...] | None = None) -> Columns:
     out = {}
     for name in table.column_names:
-        if name in skip:
+        if name in skip or (only is not None and name not in only):
             continue
         col = table.column(name)
         if not (pa.types.is_integer(col.type) or pa.types.is_floating(col.type) or pa.types.is_boolean(col.type)):
@@ -96,11 +111,11 @@ def _columns(table: pa.Table | pa.RecordBatch, skip: tuple[str, ...] = ("run_id"
 
 
 def _publish(con: duckdb.DuckDBPyConnection, view: str, groups: Iterable[tuple[tuple[str, int], Columns]],
-             schema: pa.Schema, nan_is_null: tuple[str, ...] = ()) -> None:
+             schema: pa.Schema, nan_is_null: tuple[str, ...] = (), compressed: bool = True) -> None:
     """Store the result as the table that ``view`` now reads (the naming of ``queries_loader.materialize``).
-    ``groups``: per (run, device), its columns (numpy, masked where NULL; ``nan_is_null``: NaN is NULL), appended
-    with the run and device of each row as they come (:func:`_fill`)."""
-    point_view(con, view, _fill(con, f"_materialized_{view}", groups, schema, nan_is_null))
+    ``groups``: per (run, device), its columns (numpy, masked where NULL; ``nan_is_null``: NaN is NULL; text as
+    Arrow arrays), appended with the run and device of each row as they come (:func:`_fill`)."""
+    point_view(con, view, _fill(con, f"_materialized_{view}", groups, schema, nan_is_null, compressed))
 
 
 def _fill(con: duckdb.DuckDBPyConnection, table: str, groups: Iterable[tuple[tuple[str, int], Columns]],
@@ -137,9 +152,12 @@ def _assemble(groups: list[tuple[tuple[str, int], Columns]], schema: pa.Schema,
     arrays = []
     for c in names:
         parts = [cols[c] for _, cols in groups]
+        typ = schema.field(c).type
+        if isinstance(parts[0], pa.Array):  # the rows of a scan, as they came
+            arrays.append(pa.concat_arrays([p.cast(typ) for p in parts]))
+            continue
         masked = any(np.ma.isMaskedArray(p) for p in parts)
         v = (np.ma.concatenate if masked else np.concatenate)(parts)
-        typ = schema.field(c).type
         if masked:
             arrays.append(pa.array(np.ma.getdata(v), type=typ, mask=np.ma.getmaskarray(v)))
         else:
@@ -178,39 +196,29 @@ def _map(groups: Iterator[tuple[tuple[str, int], Columns]], work: Callable[[tupl
             yield from f.result()
 
 
-OVERLAP_SCHEMA = pa.schema([("run_id", pa.string()), ("device_id", pa.int32()), ("activity_id", pa.int64()),
-                            ("comm_overlap_ns", pa.int64()), ("compute_overlap_ns", pa.int64()),
-                            ("copy_overlap_ns", pa.int64()), ("overlap_ns", pa.int64()),
-                            ("corunner_sm_ns", pa.int64()), ("comm_sm_ns", pa.int64()), ("sm_count", pa.int32())])
 UNIONS_SCHEMA = pa.schema([("run_id", pa.string()), ("device_id", pa.int32()), ("compute_ns", pa.int64()),
                           ("comm_ns", pa.int64()), ("overlap_ns", pa.int64())])
-
-
-def _overlaps(con: duckdb.DuckDBPyConnection) -> None:
-    sm_counts = dict(((r, d), s) for r, d, s in con.sql("SELECT run_id, device_id, sm_count FROM devices").fetchall())
-    sql = """SELECT run_id, device_id, activity_id, start_ns, end_ns, sm_held,
-                    CASE corunner_kind WHEN 'comm' THEN 0 WHEN 'compute' THEN 1 ELSE 2 END::TINYINT AS cls
-             FROM _activity_rows"""
-    unions: dict[tuple[str, int], Columns] = {}
-
-    def work(key, a):
-        sm_count = sm_counts.get(key)
-        res = sweeps.overlap(a["start_ns"], a["end_ns"], a["cls"], np.ma.filled(a["sm_held"], 0), sm_count)
-        n = len(a["activity_id"])
-        unions[key] = {k: np.array([v], dtype=np.int64) for k, v in res.totals.items()}
-        return {"activity_id": a["activity_id"], **{c: res.per_activity[c] for c in OVERLAP_SCHEMA.names[3:9]},
-                "sm_count": np.ma.masked_array(np.full(n, sm_count or 0, dtype=np.int32),
-                                               mask=np.full(n, sm_count is None))}
-
-    keys = []  # the devices in the order of the result, for their unions
-
-    def done():
-        for key, cols in _map(_grouped(con, sql), work):
-            keys.append(key)
-            yield key, cols
-
-    _publish(con, "_instance_overlap", done(), OVERLAP_SCHEMA)
-    _publish(con, "_device_unions", [(k, unions[k]) for k in keys], UNIONS_SCHEMA)
+OVERLAP_COLUMNS = ("comm_overlap_ns", "compute_overlap_ns", "copy_overlap_ns", "overlap_ns", "corunner_sm_ns",
+                   "comm_sm_ns")
+# the columns of _instance_sweeps after its keys (run_id, device_id, activity_id)
+SWEPT = pa.schema([
+    *((c, pa.int64()) for c in OVERLAP_COLUMNS), ("sm_count", pa.int32()),
+    ("samples", pa.int64()), *((m, pa.float64()) for m in METRICS),
+    ("own_dram_pct", pa.float64()), ("working_set_bytes", pa.float64()), ("co_dram_pct", pa.float64()),
+    ("co_working_set_bytes", pa.float64()),
+    ("step_start_ns", pa.int64()), ("step_text", pa.string()), ("occurrence", pa.int64()), ("nvtx", pa.string()),
+    ("power_w", pa.float64()), ("nvml_sm_clock_mhz", pa.float64()), ("throttle_reasons", pa.int64()),
+])
+# NULL where NaN: the float columns whose SQL is NULL where nothing is measured or nothing overlaps
+NAN_IS_NULL = (*METRICS, "working_set_bytes", "co_dram_pct", "co_working_set_bytes")
+# the views the stage replaces: each is a projection of its result, or of _instance_parts (the activity rows beside it)
+PROJECTIONS = {
+    "_instance_overlap": ("_instance_parts", f"activity_id, {', '.join(OVERLAP_COLUMNS)}, sm_count", ""),
+    "_instance_metrics": ("_instance_parts", f"activity_id, samples, {', '.join(METRICS)}", "samples IS NOT NULL"),
+    "_activity_dram": ("_instance_parts", "activity_id, start_ns, end_ns, own_dram_pct AS dram_pct, working_set_bytes",
+                       ""),
+    "_corunner_dram": ("_instance_parts", "activity_id, own_dram_pct, co_dram_pct, co_working_set_bytes", ""),
+}
 
 
 def device_unions(con: duckdb.DuckDBPyConnection) -> None:
@@ -224,22 +232,143 @@ def device_unions(con: duckdb.DuckDBPyConnection) -> None:
     _publish(con, "_device_unions", _map(_grouped(con, sql), work), UNIONS_SCHEMA)
 
 
-METRICS_SCHEMA = pa.schema([("run_id", pa.string()), ("device_id", pa.int32()), ("activity_id", pa.int64()),
-                            ("samples", pa.int64()), *((m, pa.float64()) for m in METRICS)])
+def _activity_rows(con: duckdb.DuckDBPyConnection) -> None:
+    """``_activity_rows`` kept in the order of its activities (run, activity), which is each device's rows together
+    in time order: the order the sweeps read it in, with no sort."""
+    keep_view(con, "_activity_rows", 'SELECT * FROM "_activity_rows" ORDER BY run_id, activity_id')
 
 
-def _metrics(con: duckdb.DuckDBPyConnection) -> None:
+class _Following:
+    """The rows of a scan in the order of the activities (run, activity), handed out to the devices of the activity
+    scan as it reaches them: a merge of two ordered scans, in place of a join on the keys."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, sql: str):
+        self._reader = con.sql(f"SELECT * FROM ({sql}) ORDER BY run_id, activity_id").to_arrow_reader(BATCH_ROWS)
+        self._segments: list[tuple[str, np.ndarray, pa.Table]] = []  # (run, activity ids, rows), one run each
+
+    def _more(self) -> bool:
+        for batch in self._reader:
+            if batch.num_rows == 0:
+                continue
+            run = batch.column("run_id")
+            change = np.flatnonzero(np.asarray(pc.not_equal(run[1:], run[:-1]), dtype=bool)) + 1
+            starts = [0, *change.tolist()]
+            ids = batch.column("activity_id").to_numpy(zero_copy_only=False)
+            table = pa.Table.from_batches([batch])
+            for a, b, r in zip(starts, [*change.tolist(), batch.num_rows], run.take(starts).to_pylist(), strict=True):
+                self._segments.append((r, ids[a:b], table.slice(a, b - a)))
+            return True
+        return False
+
+    def take(self, run: str, ids: np.ndarray) -> tuple[np.ndarray, pa.Table | None]:
+        """For the activities ``ids`` (sorted, consecutive in the scan) of ``run``: the index of each one's row in
+        the returned rows, or -1 where it has none."""
+        pieces, found = [], []
+        while True:
+            if not self._segments and not self._more():
+                break
+            r, seg_ids, rows = self._segments[0]
+            if r < run:
+                self._segments.pop(0)
+                continue
+            if r > run:
+                break
+            j = int(np.searchsorted(seg_ids, ids[-1], side="right"))
+            pieces.append(rows.slice(0, j))
+            found.append(seg_ids[:j])
+            if j < len(seg_ids):
+                self._segments[0] = (r, seg_ids[j:], rows.slice(j))
+                break
+            self._segments.pop(0)
+        index = np.full(len(ids), -1, dtype=np.int64)
+        if not pieces:
+            return index, None
+        got = np.concatenate(found)
+        at = np.minimum(np.searchsorted(ids, got), len(ids) - 1)
+        hit = ids[at] == got
+        index[at[hit]] = np.flatnonzero(hit)
+        return index, pa.concat_tables(pieces)
+
+
+def _gather(values: np.ndarray | np.ma.MaskedArray, index: np.ndarray) -> np.ma.MaskedArray:
+    """``values[index]``, masked where ``index`` is -1 (and where ``values`` is)."""
+    got = np.ma.masked_array(np.ma.getdata(values)[np.maximum(index, 0)] if len(values) else
+                             np.zeros(len(index), dtype=np.ma.getdata(values).dtype), mask=index < 0)
+    if np.ma.isMaskedArray(values) and len(values):
+        got.mask |= np.ma.getmaskarray(values)[np.maximum(index, 0)]
+    return got
+
+
+def _text(rows: pa.Table | None, column: str, index: np.ndarray) -> pa.Array:
+    if rows is None:
+        return pa.nulls(len(index), pa.string())
+    return rows.column(column).combine_chunks().take(pa.array(index, mask=index < 0)).cast(pa.string())
+
+
+def _group_medians(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The median of ``values`` per distinct key (sorted keys, medians), as SQL's ``median`` computes it: the middle
+    value, or lo + (hi - lo) / 2 between the two middle ones."""
+    order = np.lexsort((values, keys))
+    k, v = keys[order], values[order]
+    if not len(k):
+        return k, v
+    first = np.flatnonzero(np.r_[True, k[1:] != k[:-1]])
+    rn = (np.diff(np.r_[first, len(k)]) - 1) * 0.5
+    lo, hi = v[first + np.floor(rn).astype(np.int64)], v[first + np.ceil(rn).astype(np.int64)]
+    return k[first], np.where(rn % 1 == 0, lo, lo + (hi - lo) * (rn % 1))
+
+
+def _lookup(keys: np.ndarray, values: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """``values`` of the sorted ``keys`` at ``at``, NaN where absent."""
+    if not len(keys):
+        return np.full(len(at), np.nan)
+    i = np.minimum(np.searchsorted(keys, at), len(keys) - 1)
+    return np.where(keys[i] == at, values[i], np.nan)
+
+
+def _sweeps(con: duckdb.DuckDBPyConnection) -> None:
+    """``_instance_sweeps`` (and ``_device_unions``) in one pass per device over ``_activity_rows``, read in its
+    order beside the GPU-metric samples, the launch contexts and the NVML samples:
+
+    1. the overlap of each activity by each co-runner class and the SM·ns its co-runners held (``sweeps.overlap``);
+    2. the GPU-metric means over it (``sweeps.sample_means``);
+    3. its isolated DRAM rate: the median GPU-metric DRAM rate of its signature's instances that ran alone on the
+       device, else its Nsight Compute profile's, else the copy's own bytes over its duration, else 0
+       (``_activity_dram``);
+    4. its co-runners' isolated DRAM rate and working sets while they overlapped it (``_corunner_dram``);
+    5. its launch context and the NVML sample at its midpoint.
+
+    Each replaced view now reads a projection of the result (``PROJECTIONS``).
+    """
+    devices = {(r, d): (s, b) for r, d, s, b in
+               con.sql("SELECT run_id, device_id, sm_count, mem_bandwidth_Bps FROM devices").fetchall()}
+    demand: dict[tuple[str, int], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+    for (r, d), g in _grouped(con, "SELECT run_id, device_id, sig, dram_pct::DOUBLE AS dram_pct, "
+                                   "working_set_bytes::DOUBLE AS working_set_bytes FROM _ncu_demand", "sig"):
+        demand[(r, d)] = (np.ma.getdata(g["sig"]), np.ma.filled(g["dram_pct"], np.nan),
+                          np.ma.filled(g["working_set_bytes"], np.nan))
+    dtod = np.array(sorted(r[0] for r in con.sql("SELECT sig FROM _signatures WHERE name LIKE '%DtoD%'").fetchall()),
+                    dtype=np.uint64)
+    power = {k: (np.ma.getdata(g["ts_ns"]), g["power_w"], g["sm_clock_mhz"], g["throttle_reasons"]) for k, g in
+             _grouped(con, "SELECT run_id, device_id, ts_ns, power_w, sm_clock_mhz, throttle_reasons FROM power "
+                           "WHERE ts_ns IS NOT NULL", "ts_ns")}
     materialize(con, ("_metric_wide",))
-    # two ordered scans, the samples on a cursor of their own: one scan of both, padded with NULLs, held twice the
-    # memory in the sort and in each device's arrays
-    cur = con.cursor()
-    samples = _grouped(cur, f"SELECT run_id, device_id, ts_ns, {', '.join(f'{m}::DOUBLE AS {m}' for m in METRICS)} "
-                            "FROM _metric_wide", "ts_ns")
-    activities = _grouped(con, "SELECT run_id, device_id, activity_id, start_ns, end_ns FROM _activity_rows",
-                          "activity_id")
+    cursors = [con.cursor() for _ in range(3)]
+    samples = _grouped(cursors[0], f"SELECT run_id, device_id, ts_ns, "
+                                   f"{', '.join(f'{m}::DOUBLE AS {m}' for m in METRICS)} FROM _metric_wide", "ts_ns")
+    occurrence = _Following(cursors[1], "SELECT run_id, activity_id, step_start_ns, step_text, occurrence "
+                                        "FROM _activity_occurrence")
+    groups = _Following(cursors[2], "SELECT run_id, activity_id, nvtx FROM _activity_groups")
+    activity = con.sql("SELECT * FROM _activity_rows LIMIT 0").arrow().schema
+    activities = _grouped(con, """SELECT *, CASE corunner_kind WHEN 'comm' THEN 0 WHEN 'compute' THEN 1 ELSE 2
+                                            END::TINYINT AS _cls, activity = 'kernel' AS _kernel
+                                  FROM _activity_rows""",
+                          numbers=("activity_id", "start_ns", "end_ns", "sm_held", "sig", "bytes", "_cls", "_kernel"),
+                          rows=True, ordered=True)
 
-    def both() -> Iterator[tuple[tuple[str, int], Columns]]:
-        """The devices with samples and activities (both scans go by run and device, NULL devices last)."""
+    def inputs() -> Iterator[tuple[tuple[str, int], Columns]]:
+        """Each device's activities with its samples, launch contexts and groups (every scan goes by run and
+        device, or by run and activity, which is the same order; NULL devices last)."""
         def order(k):
             return k[0], k[1] is None, k[1] or 0
 
@@ -247,53 +376,125 @@ def _metrics(con: duckdb.DuckDBPyConnection) -> None:
         for key, a in activities:
             while s_key is not None and order(s_key) < order(key):
                 s_key, s = next(samples, (None, None))
-            if s_key == key and len(s["ts_ns"]) and len(a["activity_id"]):
-                yield key, {"ts_ns": np.ma.getdata(s["ts_ns"]), **{m: np.ma.filled(s[m], np.nan) for m in METRICS},
-                            **{c: np.ma.getdata(a[c]) for c in ("activity_id", "start_ns", "end_ns")}}
+            ids = np.ma.getdata(a["activity_id"])
+            yield key, {**a, "_samples": s if s_key == key and len(s["ts_ns"]) else None,
+                        "_occurrence": occurrence.take(key[0], ids), "_groups": groups.take(key[0], ids)}
 
-    def work(key, d):
-        means, counts = {}, []
-        for m in METRICS:
-            means[m], k = sweeps.sample_means(d["ts_ns"], d[m], d["start_ns"], d["end_ns"])
-            counts.append(k)
-        n = len(d["activity_id"])
-        return {"activity_id": d["activity_id"], "samples": np.max(counts, axis=0) if n else np.zeros(0, np.int64),
-                **means}
-
-    try:
-        _publish(con, "_instance_metrics", _map(both(), work), METRICS_SCHEMA, nan_is_null=METRICS)
-    finally:
-        cur.close()
-
-
-CORUNNER_SCHEMA = pa.schema([("run_id", pa.string()), ("device_id", pa.int32()), ("activity_id", pa.int64()),
-                             ("own_dram_pct", pa.float64()), ("co_dram_pct", pa.float64()),
-                             ("co_working_set_bytes", pa.float64())])
-
-
-def _corunner_dram(con: duckdb.DuckDBPyConnection) -> None:
-    sql = """SELECT run_id, device_id, a.activity_id, a.start_ns, a.end_ns, a.dram_pct::DOUBLE AS dram_pct,
-                    a.working_set_bytes::DOUBLE AS working_set_bytes, o.overlap_ns
-             FROM _activity_dram a JOIN _instance_overlap o USING (run_id, device_id, activity_id)"""
+    unions: dict[tuple[str, int], Columns] = {}
 
     def work(key, a):
-        start, end, over = a["start_ns"], a["end_ns"], a["overlap_ns"]
+        start, end = np.ma.getdata(a["start_ns"]), np.ma.getdata(a["end_ns"])
+        if np.any(np.diff(np.ma.getdata(a["activity_id"])) <= 0):
+            raise RuntimeError("the activity rows are not in the order they were kept in")
+        cls, sig, n = np.ma.getdata(a["_cls"]), np.ma.getdata(a["sig"]), len(start)
         dur = end - start
-        rate = np.ma.filled(a["dram_pct"], 0.0)
-        ws_known = ~np.ma.getmaskarray(a["working_set_bytes"])
-        ws = np.ma.filled(a["working_set_bytes"], 0.0)
-        b = sweeps.Boundaries.of(start, end)  # one sort for the three integrals; each less the activity's own part
-        co_rate = np.maximum(0.0, b.integral(rate) - rate * dur)
-        co_ws = np.maximum(0.0, b.integral(ws) - ws * dur)
-        profiled_others = b.integral(mask=ws_known) - ws_known * dur
-        with np.errstate(invalid="ignore", divide="ignore"):
-            co_dram = np.where(over > 0, co_rate / over, np.nan)
-            co_set = np.where((over > 0) & (profiled_others > 0), co_ws / over, np.nan)
-        return {"activity_id": a["activity_id"], "own_dram_pct": rate, "co_dram_pct": co_dram,
-                "co_working_set_bytes": co_set}
+        sm_count, bandwidth = devices.get(key, (None, None))
+        res = sweeps.overlap(start, end, cls, np.ma.filled(a["sm_held"], 0), sm_count)
+        unions[key] = {k: np.array([v], dtype=np.int64) for k, v in res.totals.items()}
+        over = res.per_activity["overlap_ns"]
+        out = {c: a["_rows"].column(c).combine_chunks() for c in activity.names[2:]}  # its row, as it came
+        out.update({c: res.per_activity[c] for c in OVERLAP_COLUMNS})
+        out["sm_count"] = np.ma.masked_array(np.full(n, sm_count or 0, dtype=np.int32),
+                                             mask=np.full(n, sm_count is None))
 
-    _publish(con, "_corunner_dram", _map(_grouped(con, sql), work), CORUNNER_SCHEMA,
-             nan_is_null=("co_dram_pct", "co_working_set_bytes"))
+        out.update(_metric_means(a["_samples"], start, end))
+        own, ws = _isolated_dram(a, sig, dur, over, out["dram_pct"], bandwidth, dtod,
+                                 demand.get(key, (np.zeros(0, np.uint64), np.zeros(0), np.zeros(0))))
+        out["own_dram_pct"], out["working_set_bytes"] = own, ws
+        out["co_dram_pct"], out["co_working_set_bytes"] = _corunner_demand(res.boundaries, dur, over, own, ws)
+        index, rows = a["_occurrence"]
+        out["step_start_ns"] = _gather(_column(rows, "step_start_ns"), index)
+        out["occurrence"] = _gather(_column(rows, "occurrence"), index)
+        out["step_text"] = _text(rows, "step_text", index)
+        index, rows = a["_groups"]
+        out["nvtx"] = _text(rows, "nvtx", index)
+        ts, watts, clock, throttle = power.get(key, (np.zeros(0, np.int64),) + (np.zeros(0),) * 3)
+        at = np.searchsorted(ts, (start + end) // 2, side="right") - 1  # the last sample at or before the midpoint
+        out["power_w"], out["nvml_sm_clock_mhz"], out["throttle_reasons"] = (
+            _gather(v, at) for v in (watts, clock, throttle))
+        return out
+
+    keys = []
+
+    def done():
+        for key, cols in _map(inputs(), work):
+            keys.append(key)
+            yield key, cols
+
+    # the activity rows and what the sweeps give each, in one table: a kept table whose size DuckDB knows (it plans
+    # the joins of the views above by it), uncompressed unless memory is capped (compressing the 2.2 M rows of a
+    # real DDP trace took longer than computing them)
+    parts = pa.schema([*activity, *SWEPT])
+    try:
+        _publish(con, "_instance_parts", done(), parts, nan_is_null=NAN_IS_NULL, compressed=bool(duck.memory_limit()))
+    finally:
+        for c in cursors:
+            c.close()
+    _publish(con, "_device_unions", [(k, unions[k]) for k in keys], UNIONS_SCHEMA)
+    # the activity rows are read from it from now on
+    con.execute(f"CREATE OR REPLACE VIEW _activity_rows AS SELECT {', '.join(activity.names)} FROM _instance_parts")
+    con.execute(f'DROP TABLE {duck.KEPT}."_materialized__activity_rows"')
+    con.execute(f"CREATE OR REPLACE VIEW _instance_sweeps AS SELECT run_id, device_id, activity_id, "
+                f"{', '.join(SWEPT.names)} FROM _instance_parts")
+    for view, (source, columns, where) in PROJECTIONS.items():
+        con.execute(f'CREATE OR REPLACE VIEW "{view}" AS SELECT run_id, device_id, {columns} FROM {source}'
+                    + (f" WHERE {where}" if where else ""))
+
+
+def _metric_means(samples: Columns | None, start: np.ndarray, end: np.ndarray) -> Columns:
+    """The GPU-metric means over each activity and the samples counted (NULL for a device without samples)."""
+    n = len(start)
+    if samples is None:
+        return {"samples": np.ma.masked_all(n, dtype=np.int64), **{m: np.full(n, np.nan) for m in METRICS}}
+    ts = np.ma.getdata(samples["ts_ns"])
+    windows = sweeps.sample_windows(ts, start, end)  # the same for every metric
+    out, counts = {}, []
+    for m in METRICS:
+        out[m], k = sweeps.sample_means(ts, np.ma.filled(samples[m], np.nan), start, end, windows)
+        counts.append(k)
+    out["samples"] = np.max(counts, axis=0)
+    return out
+
+
+def _isolated_dram(a: Columns, sig: np.ndarray, dur: np.ndarray, over: np.ndarray, dram: np.ndarray,
+                   bandwidth: int | None, dtod: np.ndarray, demand: tuple[np.ndarray, np.ndarray, np.ndarray]) \
+        -> tuple[np.ndarray, np.ndarray]:
+    """Each activity's isolated DRAM rate (% of peak): the median measured rate (``dram``) of its signature's
+    instances that ran alone on the device, else its Nsight Compute profile's (``demand``: sorted signatures, rates,
+    working sets), else a copy's or set's own bytes over its duration (twice for device-to-device copies), else 0;
+    and its profiled working set (bytes; NaN where not profiled)."""
+    alone = (over == 0) & (dur > 0) & ~np.isnan(dram)
+    own = _lookup(*_group_medians(sig[alone], dram[alone]), sig)
+    ncu_sig, ncu_dram, ncu_ws = demand
+    estimate = np.full(len(sig), np.nan)
+    if bandwidth is not None and bandwidth > 0:
+        copy = ~np.ma.getdata(a["_kernel"]) & (dur > 0)
+        moved = np.ma.filled(a["bytes"].astype(np.float64), np.nan)[copy]
+        estimate[copy] = 100.0 * moved * np.where(np.isin(sig[copy], dtod), 2, 1) / (dur[copy] * 1e-9) / bandwidth
+    for fallback in (_lookup(ncu_sig, ncu_dram, sig), estimate, 0.0):
+        own = np.where(np.isnan(own), fallback, own)
+    return own, _lookup(ncu_sig, ncu_ws, sig)
+
+
+def _corunner_demand(b: sweeps.Boundaries, dur: np.ndarray, over: np.ndarray, own: np.ndarray, ws: np.ndarray) \
+        -> tuple[np.ndarray, np.ndarray]:
+    """The co-runners' isolated DRAM rate while they overlapped each activity (NaN where nothing did), and the
+    working sets of the profiled ones (NaN where none was profiled): integrals over the device's boundaries, each
+    less the activity's own part."""
+    known = ~np.isnan(ws)
+    ws = np.where(known, ws, 0.0)
+    co_rate = np.maximum(0.0, b.integral(own) - own * dur)
+    co_ws = np.maximum(0.0, b.integral(ws) - ws * dur)
+    profiled_others = b.integral(mask=known) - known * dur
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return (np.where(over > 0, co_rate / over, np.nan),
+                np.where((over > 0) & (profiled_others > 0), co_ws / over, np.nan))
+
+
+def _column(rows: pa.Table | None, column: str) -> np.ndarray | np.ma.MaskedArray:
+    if rows is None:
+        return np.zeros(0, dtype=np.int64)
+    return _columns(rows.select([column]), skip=())[column]
 
 
 def _enclosing(con: duckdb.DuckDBPyConnection, ranges: str) -> str:
@@ -370,5 +571,5 @@ ENCLOSING_SCHEMA = pa.schema([("run_id", pa.string()), ("global_tid", pa.int64()
                               ("t", pa.int64())])
 
 
-STAGES = {"_instance_overlap": _overlaps, "_instance_metrics": _metrics, "_corunner_dram": _corunner_dram,
-          "_activity_occurrence": _occurrence, "_activity_groups": _groups}
+STAGES = {"_activity_rows": _activity_rows, "_activity_occurrence": _occurrence, "_activity_groups": _groups,
+          "_instance_sweeps": _sweeps}

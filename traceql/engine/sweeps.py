@@ -14,6 +14,7 @@ reference SQL); ``tests/test_engine.py`` checks both against each other and agai
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -34,7 +35,7 @@ class Boundaries:
         n = len(start)
         return cls(t, inverse[:n], inverse[n:])
 
-    @property
+    @cached_property
     def seg(self) -> np.ndarray:
         """Length of the segment that starts at each boundary (the last one has length 0)."""
         out = np.zeros(len(self.t), dtype=np.int64)
@@ -87,6 +88,7 @@ def unions(start: np.ndarray, end: np.ndarray, cls: np.ndarray) -> dict[str, int
 class DeviceOverlap:
     per_activity: dict[str, np.ndarray]  # in input order
     totals: dict[str, int]  # device-wide unions (ns)
+    boundaries: Boundaries  # the device's, for further integrals
 
 
 def overlap(start: np.ndarray, end: np.ndarray, cls: np.ndarray, sm_held: np.ndarray,
@@ -126,22 +128,27 @@ def overlap(start: np.ndarray, end: np.ndarray, cls: np.ndarray, sm_held: np.nda
         "comm_ns": int(p1[COMM][last]),
         "overlap_ns": int(b.prefix((n[COMM] > 0) & (n[COMPUTE] > 0))[last]),
     }
-    return DeviceOverlap(per, totals)
+    return DeviceOverlap(per, totals, b)
 
 
-def sample_means(ts: np.ndarray, values: np.ndarray, start: np.ndarray, end: np.ndarray
-                 ) -> tuple[np.ndarray, np.ndarray]:
+def sample_windows(ts: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The samples of ``ts`` (sorted) in (start, end] per interval: the indices of the first and past the last."""
+    return np.searchsorted(ts, start, side="right"), np.searchsorted(ts, end, side="right")
+
+
+def sample_means(ts: np.ndarray, values: np.ndarray, start: np.ndarray, end: np.ndarray,
+                 windows: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Mean of the samples in (start, end] per interval, else the last sample at or before start (NaN if none).
 
-    ``ts`` sorted; ``values`` NaN where the metric was not sampled. Returns (means, samples counted).
+    ``ts`` sorted; ``values`` NaN where the metric was not sampled; ``windows``: :func:`sample_windows`, if known.
+    Returns (means, samples counted).
     """
     ok = ~np.isnan(values)
     cum = np.zeros(len(ts) + 1)
     np.cumsum(np.where(ok, values, 0.0), out=cum[1:])
     cnt = np.zeros(len(ts) + 1, dtype=np.int64)
     np.cumsum(ok, out=cnt[1:])
-    i0 = np.searchsorted(ts, start, side="right")
-    i1 = np.searchsorted(ts, end, side="right")
+    i0, i1 = windows if windows is not None else sample_windows(ts, start, end)
     k = cnt[i1] - cnt[i0]
     around = np.where(i0 > 0, values[np.maximum(i0 - 1, 0)], np.nan)
     with np.errstate(invalid="ignore", divide="ignore"):

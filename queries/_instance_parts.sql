@@ -1,0 +1,51 @@
+-- _instance_parts: each GPU activity's row of _activity_rows beside its row of _instance_sweeps (what
+-- _instance_facts derives its columns from). traceql.engine keeps both tables in the same order, by run and activity,
+-- and reads them side by side (a POSITIONAL JOIN) instead of joining them on their keys; this is the reference.
+-- columns:
+--   run_id              VARCHAR  run
+--   device_id           INTEGER  physical GPU
+--   activity_id         BIGINT   activity (_activities)
+--   activity            VARCHAR  kernel, memcpy or memset
+--   global_pid          BIGINT   launching process
+--   correlation_id      BIGINT   launch correlation id (unique within global_pid)
+--   stream_id           BIGINT   stream (unique within global_pid)
+--   start_ns            BIGINT   start (ns)
+--   end_ns              BIGINT   end (ns)
+--   dur_ns              BIGINT   duration (ns)
+--   dynamic_smem_bytes  BIGINT   dynamic shared memory (bytes; kernels)
+--   bytes               BIGINT   bytes moved or set (copies and sets)
+--   ctas                BIGINT   CTAs in the grid (kernels)
+--   threads_per_block   INTEGER  threads per CTA (kernels)
+--   regs_per_thread     INTEGER  registers per thread (kernels)
+--   static_smem_bytes   BIGINT   static shared memory (bytes; kernels)
+--   kind                VARCHAR  compute, comm, memory, other (kernels); copy or comm (copies, sets)
+--   corunner_kind       VARCHAR  the class it counts in as a co-runner: comm, compute or copy
+--   sm_held             BIGINT   SMs the activity occupies
+--   launch_occupancy    BIGINT   CTAs per SM the launch configuration allows (kernels)
+--   sig                 UBIGINT  signature hash
+--   comm_overlap_ns     BIGINT   time overlapped by other communication (ns)
+--   compute_overlap_ns  BIGINT   time overlapped by other non-communication kernels (ns)
+--   copy_overlap_ns     BIGINT   time overlapped by other copies and sets (ns)
+--   overlap_ns          BIGINT   time overlapped by any other activity (ns)
+--   corunner_sm_ns      BIGINT   integral of the SMs held by other kernels over the activity (SM·ns)
+--   comm_sm_ns          BIGINT   the same, communication kernels only (SM·ns)
+--   sm_count            INTEGER  SMs on the device
+--   samples             BIGINT   GPU metric samples inside it (0: the sample around it was used; NULL: no metrics)
+--   sm_active_pct       DOUBLE   SMs Active during it (%), device-wide
+--   dram_pct            DOUBLE   DRAM read + write bandwidth during it (% of peak), device-wide
+--   gpc_clock_mhz       DOUBLE   GPC clock during it (MHz)
+--   nvlink_pct          DOUBLE   NVLink user data during it (% of peak)
+--   pcie_pct            DOUBLE   PCIe during it (% of peak)
+--   own_dram_pct        DOUBLE   its own isolated DRAM rate (% of peak)
+--   working_set_bytes   DOUBLE   its working set (bytes, Nsight Compute)
+--   co_dram_pct         DOUBLE   co-runners' isolated DRAM rate while overlapping it (% of peak)
+--   co_working_set_bytes DOUBLE  profiled co-runners' working sets while overlapping it (bytes, Nsight Compute)
+--   step_start_ns       BIGINT   start of the innermost NVTX range around the launch (ns; NULL outside ranges)
+--   step_text           VARCHAR  that range's text
+--   occurrence          BIGINT   launches of the same signature before it in that range instance
+--   nvtx                VARCHAR  NVTX group (NULL unless grouping by NVTX)
+--   power_w             DOUBLE   NVML power sample at its midpoint (W)
+--   nvml_sm_clock_mhz   DOUBLE   NVML SM clock sample at its midpoint (MHz)
+--   throttle_reasons    BIGINT   NVML clock throttle reasons bitmask at its midpoint
+SELECT a.*, s.* EXCLUDE (run_id, device_id, activity_id)
+FROM _activity_rows a JOIN _instance_sweeps s USING (run_id, device_id, activity_id)
