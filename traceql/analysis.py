@@ -1,10 +1,11 @@
 """Prepare a connection for the analysis views: compute the shared views once, then the baselines.
 
-The views of ``queries/`` up to ``instance_facts`` are plain SQL, except the interval sweeps, which the engine
-(``traceql.engine``) computes exactly in numpy and registers under the same names. Baselines and their intervals
-(``traceql.baselines``) are computed in Python from ``instance_facts``; the views above them
-(``kernel_signatures``, ``kernel_attribution``, ``device_summary``) read the result. ``prepare`` runs the
-whole chain; ``attribute``, ``report`` and ``traceql sql`` call it, and notebooks can too.
+The views of ``queries/`` up to ``instance_facts`` are plain SQL, except the interval sweeps and what is read beside
+them, which the engine (``traceql.engine``) computes exactly in numpy, in one pass per device, into the table
+``_instance_parts`` that ``_instance_facts`` derives its columns from; the views it replaces read projections of
+it. Baselines and their intervals (``traceql.baselines``) are computed in Python from ``instance_facts``; the views
+above them (``kernel_signatures``, ``kernel_attribution``, ``device_summary``) read the result. ``prepare`` runs
+the whole chain; ``attribute``, ``report`` and ``traceql sql`` call it, and notebooks can too.
 """
 
 from __future__ import annotations
@@ -61,9 +62,9 @@ def prepare(con: duckdb.DuckDBPyConnection, external: baselines.External | None 
 
     ``sweeps="sql"`` evaluates the reference SQL of the engine's stages instead (for comparisons).
     """
-    # the instance facts (the widest table: a row of 47 columns per activity) stay uncompressed unless memory is
-    # capped: compressing them took longer than computing them (2.3 s against 1.6 s for the 2.2 M activities of a
-    # real DDP trace), and the peak comes while they are computed, not after
+    # the reference's instance facts (a row of 47 columns per activity) stay uncompressed unless memory is capped, as
+    # the engine's _instance_parts do: compressing them took longer than computing them (2.3 s against 1.6 s for the
+    # 2.2 M activities of a real DDP trace)
     plain = () if duck.memory_limit() else ("_instance_facts",)
     for view in UPSTREAM:
         if sweeps == "engine" and view in engine.STAGES:

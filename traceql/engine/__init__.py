@@ -8,10 +8,15 @@ its sorts and cumulative sums).
 Replaced views, with their reference SQL kept in ``queries/`` (the same definitions, evaluated by DuckDB when
 a connection is queried without ``traceql.analysis.prepare``; ``tests/test_engine.py`` compares the two):
 
-- ``_instance_overlap``: per activity, the exact overlap by each co-runner class and the co-runners' SM·ns;
-- ``_device_unions``: per device, the unions of compute, communication and both;
-- ``_instance_metrics``: per activity, the nsys GPU metrics averaged over the samples inside it;
-- ``_corunner_dram``: per activity, the isolated DRAM demand its co-runners bring while overlapping it.
+- ``_activity_rows``: kept in the order of its activities (by run and activity: each device's together, in time);
+- ``_instance_sweeps``, in one pass per device over the activity rows in that order (:func:`_sweeps`): the exact
+  overlap of each activity by each co-runner class and the co-runners' SM·ns, the GPU-metric means over it, its
+  isolated DRAM rate and its co-runners', its launch context and the NVML sample at its midpoint. The pass writes
+  each activity's row and what it gives it as one table, ``_instance_parts``, which ``_instance_facts`` derives its
+  columns from, row by row; ``_instance_overlap``, ``_instance_metrics``, ``_activity_dram`` and ``_corunner_dram``
+  are projections of it, and ``_device_unions`` (per device, the unions of compute, communication and both) is
+  written beside it;
+- ``_activity_occurrence`` and ``_activity_groups``: each launch's innermost NVTX range on its thread.
 """
 
 from __future__ import annotations
