@@ -147,7 +147,10 @@ def _assemble(groups: list[tuple[tuple[str, int], Columns]], schema: pa.Schema,
     if not groups:
         return schema.empty_table()
     names = schema.names[2:]
-    sizes = np.array([len(cols[names[0]]) for _, cols in groups], dtype=np.int64)
+    # "_rows": the rows of a scan, as they came, whose columns go through unchanged
+    rows = pa.concat_tables([cols["_rows"] for _, cols in groups]) if "_rows" in groups[0][1] else None
+    sizes = np.array([cols["_rows"].num_rows if rows is not None else len(cols[names[0]]) for _, cols in groups],
+                     dtype=np.int64)
     runs = list(dict.fromkeys(k[0] for k, _ in groups))
     run_index = {r: i for i, r in enumerate(runs)}
     run = pa.DictionaryArray.from_arrays(
@@ -156,11 +159,21 @@ def _assemble(groups: list[tuple[tuple[str, int], Columns]], schema: pa.Schema,
     dev = pa.array(np.repeat(np.array([k[1] for k, _ in groups], dtype=key.to_pandas_dtype()), sizes), type=key)
     arrays = []
     for c in names:
-        parts = [cols[c] for _, cols in groups]
         typ = schema.field(c).type
-        if isinstance(parts[0], pa.Array):  # the rows of a scan, as they came
-            arrays.append(pa.concat_arrays([p.cast(typ) for p in parts]))
+        if c not in groups[0][1]:
+            arrays.append(rows.column(c).combine_chunks().cast(typ))  # a chunk per device costs DuckDB a scan each
             continue
+        parts = [cols[c] for _, cols in groups]
+        if all(p is None for p in parts):  # None: a group whose rows are all NULL
+            arrays.append(pa.nulls(int(sizes.sum()), typ))
+            continue
+        if any(isinstance(p, pa.Array) for p in parts):  # text taken from the rows of another scan
+            arrays.append(pa.concat_arrays([pa.nulls(n, typ) if p is None else p.cast(typ)
+                                            for p, n in zip(parts, sizes.tolist(), strict=True)]))
+            continue
+        if any(p is None for p in parts):
+            parts = [np.ma.masked_all(n, dtype=typ.to_pandas_dtype()) if p is None else p
+                     for p, n in zip(parts, sizes.tolist(), strict=True)]
         masked = any(np.ma.isMaskedArray(p) for p in parts)
         v = (np.ma.concatenate if masked else np.concatenate)(parts)
         if masked:
@@ -295,28 +308,29 @@ class _Following:
         return index, pa.concat_tables(pieces)
 
 
-def _gather(values: np.ndarray | np.ma.MaskedArray, index: np.ndarray) -> np.ma.MaskedArray:
-    """``values[index]``, masked where ``index`` is -1 (and where ``values`` is)."""
-    got = np.ma.masked_array(np.ma.getdata(values)[np.maximum(index, 0)] if len(values) else
-                             np.zeros(len(index), dtype=np.ma.getdata(values).dtype), mask=index < 0)
-    if np.ma.isMaskedArray(values) and len(values):
+def _gather(values: np.ndarray | np.ma.MaskedArray, index: np.ndarray) -> np.ma.MaskedArray | None:
+    """``values[index]``, masked where ``index`` is -1 (and where ``values`` is); None where every row is."""
+    if not len(values) or index.max(initial=-1) < 0:
+        return None
+    got = np.ma.masked_array(np.ma.getdata(values)[np.maximum(index, 0)], mask=index < 0)
+    if np.ma.isMaskedArray(values):
         got.mask |= np.ma.getmaskarray(values)[np.maximum(index, 0)]
     return got
 
 
-def _text(rows: pa.Table | None, column: str, index: np.ndarray) -> pa.Array:
-    if rows is None:
-        return pa.nulls(len(index), pa.string())
+def _text(rows: pa.Table | None, column: str, index: np.ndarray) -> pa.Array | None:
+    if rows is None or index.max(initial=-1) < 0:
+        return None
     return rows.column(column).combine_chunks().take(pa.array(index, mask=index < 0)).cast(pa.string())
 
 
 def _group_medians(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The median of ``values`` per distinct key (sorted keys, medians), as SQL's ``median`` computes it: the middle
     value, or lo + (hi - lo) / 2 between the two middle ones."""
+    if not len(keys):
+        return keys, values
     order = np.lexsort((values, keys))
     k, v = keys[order], values[order]
-    if not len(k):
-        return k, v
     first = np.flatnonzero(np.r_[True, k[1:] != k[:-1]])
     rn = (np.diff(np.r_[first, len(k)]) - 1) * 0.5
     lo, hi = v[first + np.floor(rn).astype(np.int64)], v[first + np.ceil(rn).astype(np.int64)]
@@ -397,7 +411,7 @@ def _sweeps(con: duckdb.DuckDBPyConnection) -> None:
         res = sweeps.overlap(start, end, cls, np.ma.filled(a["sm_held"], 0), sm_count)
         unions[key] = {k: np.array([v], dtype=np.int64) for k, v in res.totals.items()}
         over = res.per_activity["overlap_ns"]
-        out = {c: a["_rows"].column(c).combine_chunks() for c in activity.names[2:]}  # its row, as it came
+        out = {"_rows": a["_rows"]}  # its row, as it came
         out.update({c: res.per_activity[c] for c in OVERLAP_COLUMNS})
         out["sm_count"] = np.ma.masked_array(np.full(n, sm_count or 0, dtype=np.int32),
                                              mask=np.full(n, sm_count is None))
@@ -450,15 +464,10 @@ def _metric_means(samples: Columns | None, start: np.ndarray, end: np.ndarray) -
     """The GPU-metric means over each activity and the samples counted (NULL for a device without samples)."""
     n = len(start)
     if samples is None:
-        return {"samples": np.ma.masked_all(n, dtype=np.int64), **{m: np.full(n, np.nan) for m in METRICS}}
-    ts = np.ma.getdata(samples["ts_ns"])
-    windows = sweeps.sample_windows(ts, start, end)  # the same for every metric
-    out, counts = {}, []
-    for m in METRICS:
-        out[m], k = sweeps.sample_means(ts, np.ma.filled(samples[m], np.nan), start, end, windows)
-        counts.append(k)
-    out["samples"] = np.max(counts, axis=0)
-    return out
+        return {"samples": None, **{m: np.full(n, np.nan) for m in METRICS}}
+    values = np.column_stack([np.ma.filled(samples[m], np.nan) for m in METRICS])
+    means, counts = sweeps.sample_means(np.ma.getdata(samples["ts_ns"]), values, start, end)
+    return {"samples": counts.max(axis=1), **{m: means[:, i] for i, m in enumerate(METRICS)}}
 
 
 def _isolated_dram(a: Columns, sig: np.ndarray, dur: np.ndarray, over: np.ndarray, dram: np.ndarray,
@@ -471,12 +480,15 @@ def _isolated_dram(a: Columns, sig: np.ndarray, dur: np.ndarray, over: np.ndarra
     alone = (over == 0) & (dur > 0) & ~np.isnan(dram)
     own = _lookup(*_group_medians(sig[alone], dram[alone]), sig)
     ncu_sig, ncu_dram, ncu_ws = demand
-    estimate = np.full(len(sig), np.nan)
-    if bandwidth is not None and bandwidth > 0:
-        copy = ~np.ma.getdata(a["_kernel"]) & (dur > 0)
+    fallbacks = [_lookup(ncu_sig, ncu_dram, sig)] if len(ncu_sig) else []
+    copy = ~np.ma.getdata(a["_kernel"]) & (dur > 0)
+    if bandwidth is not None and bandwidth > 0 and copy.any():
+        estimate = np.full(len(sig), np.nan)
         moved = np.ma.filled(a["bytes"].astype(np.float64), np.nan)[copy]
-        estimate[copy] = 100.0 * moved * np.where(np.isin(sig[copy], dtod), 2, 1) / (dur[copy] * 1e-9) / bandwidth
-    for fallback in (_lookup(ncu_sig, ncu_dram, sig), estimate, 0.0):
+        twice = np.isin(sig[copy], dtod) if len(dtod) else False
+        estimate[copy] = 100.0 * moved * np.where(twice, 2, 1) / (dur[copy] * 1e-9) / bandwidth
+        fallbacks.append(estimate)
+    for fallback in (*fallbacks, 0.0):
         own = np.where(np.isnan(own), fallback, own)
     return own, _lookup(ncu_sig, ncu_ws, sig)
 

@@ -136,21 +136,22 @@ def sample_windows(ts: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[
     return np.searchsorted(ts, start, side="right"), np.searchsorted(ts, end, side="right")
 
 
-def sample_means(ts: np.ndarray, values: np.ndarray, start: np.ndarray, end: np.ndarray,
-                 windows: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
+def sample_means(ts: np.ndarray, values: np.ndarray, start: np.ndarray, end: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray]:
     """Mean of the samples in (start, end] per interval, else the last sample at or before start (NaN if none).
 
-    ``ts`` sorted; ``values`` NaN where the metric was not sampled; ``windows``: :func:`sample_windows`, if known.
-    Returns (means, samples counted).
+    ``ts`` sorted; ``values`` NaN where the metric was not sampled: one value per sample, or a column per metric
+    (then each result has a column per metric too). Returns (means, samples counted).
     """
     ok = ~np.isnan(values)
-    cum = np.zeros(len(ts) + 1)
-    np.cumsum(np.where(ok, values, 0.0), out=cum[1:])
-    cnt = np.zeros(len(ts) + 1, dtype=np.int64)
-    np.cumsum(ok, out=cnt[1:])
-    i0, i1 = windows if windows is not None else sample_windows(ts, start, end)
+    cum = np.zeros((len(ts) + 1, *values.shape[1:]))
+    np.cumsum(np.where(ok, values, 0.0), axis=0, out=cum[1:])
+    cnt = np.zeros((len(ts) + 1, *values.shape[1:]), dtype=np.int64)
+    np.cumsum(ok, axis=0, out=cnt[1:])
+    i0, i1 = np.searchsorted(ts, start, side="right"), np.searchsorted(ts, end, side="right")
     k = cnt[i1] - cnt[i0]
-    around = np.where(i0 > 0, values[np.maximum(i0 - 1, 0)], np.nan)
+    before = values[np.maximum(i0 - 1, 0)]
+    around = np.where((i0 > 0).reshape(-1, *([1] * (values.ndim - 1))), before, np.nan)
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(k > 0, (cum[i1] - cum[i0]) / k, around), k
 
