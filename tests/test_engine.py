@@ -233,6 +233,23 @@ def test_baselines_streamed_in_small_batches_equal_one_batch(train_ddp_run, monk
     assert streamed == whole
 
 
+@pytest.mark.parametrize("batch_rows", [1 << 20, 7])
+def test_baselines_from_the_kept_order_equal_the_sorted_scan(h200x2_store, monkeypatch, batch_rows):
+    """After the engine, the baselines read the facts in the order they are kept (by run and activity) and sort each
+    device's rows by signature themselves: the same tables as from a scan sorted by run, device, signature and time
+    (four runs on 2 GPUs; also in batches of 7 rows, a device's rows spanning batches)."""
+    from traceql import baselines
+
+    con = traceql.connect(h200x2_store)
+    analysis.prepare(con)
+    monkeypatch.setattr(baselines, "FACT_BATCH_ROWS", batch_rows)
+    kept = [t.to_pylist() for t in baselines.compute(con, ordered=True)]
+    sorted_scan = [t.to_pylist() for t in baselines.compute(con)]
+    con.close()
+    assert len(kept[0]) > 1000 and len(kept[1]) > 20
+    assert kept == sorted_scan
+
+
 def test_results_appended_in_pieces_equal_one_piece(h200x2_store, monkeypatch):
     """Each engine stage appends its result to its table in pieces as the sweeps finish: with a piece per device
     (and a task per device, finishing in any order) every table is that of one piece, row for row (four runs on 2

@@ -73,7 +73,7 @@ def prepare(con: duckdb.DuckDBPyConnection, external: baselines.External | None 
             continue  # derived, row by row, from the activity rows and the sweeps read side by side (_instance_parts)
         else:
             materialize(con, SQL_STAGES.get(view, (view,)), uncompressed=plain)
-    baselines.register(con, external)
+    baselines.register(con, external, ordered=sweeps == "engine")  # the engine keeps the facts in activity order
     materialize(con, DOWNSTREAM)
 
 

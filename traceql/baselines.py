@@ -108,16 +108,16 @@ FACT_BATCH_ROWS = 1 << 20  # facts read from DuckDB per batch: the memory of the
 
 
 def compute(con: duckdb.DuckDBPyConnection, external: External | None = None,
-            gpu_names: dict[tuple[str, int], str] | None = None) -> tuple[pa.Table, pa.Table]:
+            gpu_names: dict[tuple[str, int], str] | None = None, ordered: bool = False) -> tuple[pa.Table, pa.Table]:
     """Both tables for every activity of ``con``'s ``instance_facts`` (:func:`instances`, gathered)."""
     rows: list[dict] = []
-    pieces = list(instances(con, external, gpu_names, rows))
+    pieces = list(instances(con, external, gpu_names, rows, ordered=ordered))
     inst = pa.concat_tables([p.cast(INSTANCE_SCHEMA) for p in pieces]) if pieces else INSTANCE_SCHEMA.empty_table()
     return inst, pa.Table.from_pylist(rows, schema=STATS_SCHEMA)
 
 
 def instances(con: duckdb.DuckDBPyConnection, external: External | None, gpu_names: dict[tuple[str, int], str] | None,
-              rows: list[dict], piece_rows: int | None = None) -> Iterator[pa.Table]:
+              rows: list[dict], piece_rows: int | None = None, ordered: bool = False) -> Iterator[pa.Table]:
     """The ``_instance_baselines`` table in pieces of about ``piece_rows`` rows (default: ``FACT_BATCH_ROWS``; run
     ids and baseline sources as dictionaries), as the signatures are computed; ``rows`` receives the rows of
     ``_signature_stats``.
@@ -126,10 +126,17 @@ def instances(con: duckdb.DuckDBPyConnection, external: External | None, gpu_nam
     mixture); NVTX groups, when asked for, divide the overlapped instances of a pool into rows, never the pool.
     The facts are read in one ordered scan, streamed, and each signature is computed as soon as its rows are in
     (signatures in parallel threads, a few waiting at most), so memory holds a few batches and a piece, not the
-    whole store.
+    whole store. ``ordered``: ``_instance_facts`` reads a table kept in the order of the activities (by run and
+    activity: each device's rows together, in time order), so the scan is not sorted; each device's rows are put in
+    signature order by a stable sort instead, which keeps a signature's rows in time order: the same order.
     """
-    reader = con.sql(f"SELECT {FACT_COLUMNS} FROM _instance_facts "
-                     "ORDER BY run_id, device_id, sig, start_ns, activity_id").to_arrow_reader(FACT_BATCH_ROWS)
+    if ordered:
+        facts = _by_signature(_cut(con.sql(f"SELECT {FACT_COLUMNS} FROM _instance_facts")
+                                   .to_arrow_reader(FACT_BATCH_ROWS), ("run", "dev")))
+    else:
+        facts = _cut(con.sql(f"SELECT {FACT_COLUMNS} FROM _instance_facts "
+                             "ORDER BY run_id, device_id, sig, start_ns, activity_id").to_arrow_reader(FACT_BATCH_ROWS),
+                     ("run", "dev", "sig"))
 
     def signature(f: dict) -> list[tuple[np.ndarray, list[tuple[dict, np.ndarray]]]]:
         """The pools one signature becomes, each with its rows (group ids are given afterwards, in order)."""
@@ -181,7 +188,7 @@ def instances(con: duckdb.DuckDBPyConnection, external: External | None, gpu_nam
     workers = max(1, duck.usable_cpus())
     pending: list = []
     with ThreadPoolExecutor(workers) as threads:
-        for f in _signatures(reader):
+        for f in facts:
             pending.append((f, threads.submit(signature, f)))
             while len(pending) > 2 * workers:
                 done, future = pending.pop(0)
@@ -195,24 +202,23 @@ def instances(con: duckdb.DuckDBPyConnection, external: External | None, gpu_nam
         yield _instances_table(parts, list(runs), list(sources))
 
 
-def _signatures(reader: pa.RecordBatchReader):
-    """The facts of each (run, device, signature), as the columns ``_split``, ``_baseline`` and ``_row`` read, cut
-    from the ordered batches of ``reader`` (a signature's rows may span batches)."""
-    carry: list[dict] | None = None  # the signature the previous batch ended with
+def _cut(reader: pa.RecordBatchReader, keys: tuple[str, ...]):
+    """The facts of each run of equal ``keys`` (of ``run``, ``dev``, ``sig``), as the columns ``_split``,
+    ``_baseline`` and ``_row`` read, cut from the ordered batches of ``reader`` (a group's rows may span batches)."""
+    carry: list[dict] | None = None  # the group the previous batch ended with
     for batch in reader:
         n = batch.num_rows
         if n == 0:
             continue
         f = _fact_columns(batch)
-        run, dev, sig = f["run"], f["dev"], f["sig"]
         cut = np.ones(n, dtype=bool)
-        cut[1:] = (run[1:] != run[:-1]) | (dev[1:] != dev[:-1]) | (sig[1:] != sig[:-1])
+        cut[1:] = np.logical_or.reduce([f[k][1:] != f[k][:-1] for k in keys])
         starts = np.flatnonzero(cut).tolist()
         for a, b in zip(starts, [*starts[1:], n], strict=True):
             piece = {k: v[a:b] for k, v in f.items()}
             if a == 0 and carry is not None:
                 last = carry[-1]
-                if (last["run"][-1], last["dev"][-1], last["sig"][-1]) == (run[0], dev[0], sig[0]):
+                if all(last[k][-1] == piece[k][0] for k in keys):
                     piece = _joined([*carry, piece])
                 else:
                     yield _joined(carry)
@@ -223,6 +229,22 @@ def _signatures(reader: pa.RecordBatchReader):
                 yield piece
     if carry is not None:
         yield _joined(carry)
+
+
+def _by_signature(devices):
+    """Each device's facts (from a scan in the kept order of the activities) cut per signature, in signature order,
+    each signature's rows in the order they came (a stable sort)."""
+    seen = set()
+    for f in devices:
+        key = (f["run"][0], f["dev"][0])
+        if key in seen:
+            raise RuntimeError("the instance facts are not in the order they were kept in")
+        seen.add(key)
+        order = np.argsort(f["sig"], kind="stable")
+        f = {k: v[order] for k, v in f.items()}
+        starts = np.flatnonzero(np.r_[True, f["sig"][1:] != f["sig"][:-1]]).tolist()
+        for a, b in zip(starts, [*starts[1:], len(order)], strict=True):
+            yield {k: v[a:b] for k, v in f.items()}
 
 
 def _joined(parts: list[dict]) -> dict:
@@ -425,12 +447,13 @@ def _nan_none(t):
     return tuple(_f(v) for v in t)
 
 
-def register(con: duckdb.DuckDBPyConnection, external: External | None = None) -> None:
-    """Compute both tables and put them where the views ``_instance_baselines``/``_signature_stats`` read."""
+def register(con: duckdb.DuckDBPyConnection, external: External | None = None, ordered: bool = False) -> None:
+    """Compute both tables and put them where the views ``_instance_baselines``/``_signature_stats`` read
+    (``ordered``: see :func:`instances`)."""
     gpu_names = {(r[0], int(r[1])): r[2] for r in con.sql("SELECT run_id, device_id, name FROM devices").fetchall()}
     rows: list[dict] = []
     kept_inst = duck.keep_pieces(con, "_instance_baselines_data", INSTANCE_SCHEMA.empty_table(),
-                                 instances(con, external, gpu_names, rows))
+                                 instances(con, external, gpu_names, rows, ordered=ordered))
     kept_stats = duck.keep(con, "_signature_stats_data", "SELECT * FROM _input",
                            pa.Table.from_pylist(rows, schema=STATS_SCHEMA))
     con.execute(f"CREATE OR REPLACE VIEW _instance_baselines AS SELECT * FROM {kept_inst}")
