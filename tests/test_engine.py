@@ -83,6 +83,24 @@ def test_engine_equals_reference_suite():
     _assert_same(DATA / "h200" / "suite")
 
 
+def test_sample_means_of_every_metric_at_once_equal_one_by_one():
+    """The engine averages every GPU metric at once (a row of samples per metric): the same means and counts, bit
+    for bit, as each metric alone, with metrics missing at different samples and intervals before, between and
+    after the samples."""
+    rng = np.random.default_rng(7)
+    ts = np.sort(rng.choice(np.arange(0, 100_000, 7), 4_000, replace=False)).astype(np.int64)
+    values = rng.random((5, len(ts))) * 100
+    for row, every in enumerate((3, 5, 11, 2, 1000)):
+        values[row, rng.integers(0, every, len(ts)) == 0] = np.nan
+    start = rng.integers(-1_000, 101_000, 20_000)
+    end = start + rng.integers(0, 300, len(start))
+    means, counts = sweeps.sample_means(ts, values, start, end)
+    for row in range(len(values)):
+        alone, k = sweeps.sample_means(ts, values[row], start, end)
+        assert np.array_equal(means[row], alone, equal_nan=True) and np.array_equal(counts[row], k)
+    assert (counts == 0).any() and (counts > 1).any() and np.isnan(means).any()
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.lists(activity, min_size=1, max_size=12))
 def test_sweep_matches_brute_force(acts):

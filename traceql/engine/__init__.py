@@ -465,9 +465,9 @@ def _metric_means(samples: Columns | None, start: np.ndarray, end: np.ndarray) -
     n = len(start)
     if samples is None:
         return {"samples": None, **{m: np.full(n, np.nan) for m in METRICS}}
-    values = np.column_stack([np.ma.filled(samples[m], np.nan) for m in METRICS])
+    values = np.stack([np.ma.filled(samples[m], np.nan) for m in METRICS])  # a row per metric
     means, counts = sweeps.sample_means(np.ma.getdata(samples["ts_ns"]), values, start, end)
-    return {"samples": counts.max(axis=1), **{m: means[:, i] for i, m in enumerate(METRICS)}}
+    return {"samples": counts.max(axis=0), **{m: means[i] for i, m in enumerate(METRICS)}}
 
 
 def _isolated_dram(a: Columns, sig: np.ndarray, dur: np.ndarray, over: np.ndarray, dram: np.ndarray,

@@ -140,20 +140,19 @@ def sample_means(ts: np.ndarray, values: np.ndarray, start: np.ndarray, end: np.
                  ) -> tuple[np.ndarray, np.ndarray]:
     """Mean of the samples in (start, end] per interval, else the last sample at or before start (NaN if none).
 
-    ``ts`` sorted; ``values`` NaN where the metric was not sampled: one value per sample, or a column per metric
-    (then each result has a column per metric too). Returns (means, samples counted).
+    ``ts`` sorted; ``values`` NaN where the metric was not sampled: one value per sample, or a row of them per metric
+    (then each result has a row per metric too). Returns (means, samples counted).
     """
     ok = ~np.isnan(values)
-    cum = np.zeros((len(ts) + 1, *values.shape[1:]))
-    np.cumsum(np.where(ok, values, 0.0), axis=0, out=cum[1:])
-    cnt = np.zeros((len(ts) + 1, *values.shape[1:]), dtype=np.int64)
-    np.cumsum(ok, axis=0, out=cnt[1:])
+    cum = np.zeros((*values.shape[:-1], len(ts) + 1))
+    np.cumsum(np.where(ok, values, 0.0), axis=-1, out=cum[..., 1:])
+    cnt = np.zeros((*values.shape[:-1], len(ts) + 1), dtype=np.int64)
+    np.cumsum(ok, axis=-1, out=cnt[..., 1:])
     i0, i1 = np.searchsorted(ts, start, side="right"), np.searchsorted(ts, end, side="right")
-    k = cnt[i1] - cnt[i0]
-    before = values[np.maximum(i0 - 1, 0)]
-    around = np.where((i0 > 0).reshape(-1, *([1] * (values.ndim - 1))), before, np.nan)
+    k = cnt[..., i1] - cnt[..., i0]
+    around = np.where(i0 > 0, values[..., np.maximum(i0 - 1, 0)], np.nan)
     with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(k > 0, (cum[i1] - cum[i0]) / k, around), k
+        return np.where(k > 0, (cum[..., i1] - cum[..., i0]) / k, around), k
 
 
 def innermost(start: np.ndarray, end: np.ndarray, t: np.ndarray) -> np.ndarray:
