@@ -83,6 +83,19 @@ def test_engine_equals_reference_suite():
     _assert_same(DATA / "h200" / "suite")
 
 
+def test_occurrence_is_the_rank_within_its_keys():
+    """sweeps.occurrence against its SQL definition, row_number() OVER (PARTITION BY a, b ORDER BY t, tiebreak) - 1,
+    counted by brute force, with many ties in the keys and in t (launches at the same time)."""
+    rng = np.random.default_rng(3)
+    n = 3_000
+    a, b, t = rng.integers(0, 4, n), rng.integers(0, 5, n).astype(np.uint64), rng.integers(0, 50, n)
+    tiebreak = rng.permutation(n)
+    got = sweeps.occurrence(a, b, t, tiebreak)
+    want = [sum(1 for j in range(n) if a[j] == a[i] and b[j] == b[i] and (t[j], tiebreak[j]) < (t[i], tiebreak[i]))
+            for i in range(n)]
+    assert got.tolist() == want
+
+
 def test_sample_means_of_every_metric_at_once_equal_one_by_one():
     """The engine averages every GPU metric at once (a row of samples per metric): the same means and counts, bit
     for bit, as each metric alone, with metrics missing at different samples and intervals before, between and

@@ -514,11 +514,12 @@ def _column(rows: pa.Table | None, column: str) -> np.ndarray | np.ma.MaskedArra
     return _columns(rows.select([column]), skip=())[column]
 
 
-def _enclosing(con: duckdb.DuckDBPyConnection, ranges: str) -> str:
-    """Each launch's innermost range among the NVTX ranges of its thread that ``ranges`` (a
-    condition on ``nvtx``) selects: its start (the latest start of the ranges around the launch), its text (that of
-    the latest (start, text) among those with a text: SQL's ``arg_max`` passes over NULL texts), and the launch's
-    signature and time, in a kept table (its name is returned). Launches with no range around them have no row."""
+def _enclosing(con: duckdb.DuckDBPyConnection, view: str, ranges: str, occurrence: bool) -> str:
+    """Each launch's innermost range among the NVTX ranges of its thread that ``ranges`` (a condition on ``nvtx``)
+    selects: its start (the latest start of the ranges around the launch) and its text (that of the latest (start,
+    text) among those with a text: SQL's ``arg_max`` passes over NULL texts); with ``occurrence``, the launch's
+    occurrence in that range instance too (launches of the same signature before it, by launch time and activity).
+    In a kept table named for ``view`` (its name is returned). Launches with no range around them have no row."""
     sql = f"""SELECT run_id, global_tid, 0 AS part, start_ns AS a, end_ns AS b, NULL::UBIGINT AS sig, text
               FROM nvtx WHERE {ranges} AND start_ns IS NOT NULL AND end_ns IS NOT NULL AND global_tid IS NOT NULL
               UNION ALL
@@ -542,34 +543,25 @@ def _enclosing(con: duckdb.DuckDBPyConnection, ranges: str) -> str:
             found = sweeps.innermost(start[named], end[named], t)
             inner_text = np.where(found >= 0, named[np.maximum(found, 0)], -1)
         keep = inner >= 0
-        step_text = np.where(inner_text >= 0, text[np.maximum(inner_text, 0)], None)[keep]
-        return {"activity_id": act[keep], "step_start_ns": start[inner[keep]], "step_text": step_text,
-                "sig": np.ma.getdata(sig)[keep], "t": t[keep]}
+        out = {"activity_id": act[keep], "step_start_ns": start[inner[keep]],
+               "step_text": np.where(inner_text >= 0, text[np.maximum(inner_text, 0)], None)[keep]}
+        if occurrence:
+            out["occurrence"] = sweeps.occurrence(out["step_start_ns"], np.ma.getdata(sig)[keep], t[keep],
+                                                  out["activity_id"])
+        return out
 
     groups = ((k, d) for k, d in _grouped(con, sql, "part, a, text", by="global_tid")
               if 0 < np.searchsorted(d["part"], 1) < len(d["part"]))
-    # staged for the SQL over it and dropped: not worth compressing
-    return _fill(con, "_enclosing", _map(groups, work), ENCLOSING_SCHEMA, (), compressed=False)
-
-
-def _from_enclosing(con: duckdb.DuckDBPyConnection, view: str, ranges: str, select: str) -> None:
-    """``view`` reads ``select`` over the launches' innermost ``ranges`` (:func:`_enclosing`, named ``_input``
-    there), computed once."""
-    staged = _enclosing(con, ranges)
-    try:
-        keep_view(con, view, f"WITH _input AS (SELECT * FROM {staged}) {select}")
-    finally:
-        con.execute(f"DROP TABLE IF EXISTS {staged}")
+    schema = ENCLOSING_SCHEMA if occurrence else ENCLOSING_SCHEMA.remove(ENCLOSING_SCHEMA.get_field_index("occurrence"))
+    return _fill(con, f"_materialized_{view}", _map(groups, work), schema, ())
 
 
 def _occurrence(con: duckdb.DuckDBPyConnection) -> None:
     """``_activity_occurrence``: each launch's innermost NVTX range on its thread (``sweeps.innermost``) and the
-    launch's occurrence in that range instance (a window function over the result, in SQL)."""
-    _from_enclosing(con, "_activity_occurrence", "event_type IN ('push_pop', 'start_end')", """
-        SELECT run_id, activity_id, global_tid, step_start_ns, step_text,
-               row_number() OVER (PARTITION BY run_id, global_tid, step_start_ns, sig ORDER BY t, activity_id) - 1
-                   AS occurrence
-        FROM _input""")
+    launch's occurrence in that range instance (``sweeps.occurrence``)."""
+    kept = _enclosing(con, "_activity_occurrence", "event_type IN ('push_pop', 'start_end')", occurrence=True)
+    con.execute("CREATE OR REPLACE VIEW _activity_occurrence AS SELECT run_id, activity_id, global_tid, "
+                f"step_start_ns, step_text, occurrence FROM {kept}")
 
 
 def _groups(con: duckdb.DuckDBPyConnection) -> None:
@@ -578,14 +570,14 @@ def _groups(con: duckdb.DuckDBPyConnection) -> None:
     asked = con.sql("SELECT count(*) FROM duckdb_tables() WHERE table_name = '_nvtx_glob'").fetchall()[0][0]
     if not asked:
         return  # the view stays the empty one of queries/
-    _from_enclosing(con, "_activity_groups",
-                    "event_type IN ('push_pop', 'start_end') AND text GLOB (SELECT pattern FROM _nvtx_glob)",
-                    "SELECT run_id, activity_id, step_text AS nvtx FROM _input")
+    kept = _enclosing(con, "_activity_groups",
+                      "event_type IN ('push_pop', 'start_end') AND text GLOB (SELECT pattern FROM _nvtx_glob)",
+                      occurrence=False)
+    con.execute(f"CREATE OR REPLACE VIEW _activity_groups AS SELECT run_id, activity_id, step_text AS nvtx FROM {kept}")
 
 
 ENCLOSING_SCHEMA = pa.schema([("run_id", pa.string()), ("global_tid", pa.int64()), ("activity_id", pa.int64()),
-                              ("step_start_ns", pa.int64()), ("step_text", pa.string()), ("sig", pa.uint64()),
-                              ("t", pa.int64())])
+                              ("step_start_ns", pa.int64()), ("step_text", pa.string()), ("occurrence", pa.int64())])
 
 
 STAGES = {"_activity_rows": _activity_rows, "_activity_occurrence": _occurrence, "_activity_groups": _groups,

@@ -155,6 +155,21 @@ def sample_means(ts: np.ndarray, values: np.ndarray, start: np.ndarray, end: np.
         return np.where(k > 0, (cum[..., i1] - cum[..., i0]) / k, around), k
 
 
+def occurrence(key_a: np.ndarray, key_b: np.ndarray, t: np.ndarray, tiebreak: np.ndarray) -> np.ndarray:
+    """For each row, how many rows with the same (``key_a``, ``key_b``) come before it in the order of (``t``,
+    ``tiebreak``): SQL's ``row_number() OVER (PARTITION BY key_a, key_b ORDER BY t, tiebreak) - 1`` (the
+    launches of a signature before each one in its NVTX range instance)."""
+    n = len(t)
+    order = np.lexsort((tiebreak, t, key_b, key_a))
+    a, b = key_a[order], key_b[order]
+    first = np.ones(n, dtype=bool)
+    first[1:] = (a[1:] != a[:-1]) | (b[1:] != b[:-1])
+    rank = np.arange(n) - np.maximum.accumulate(np.where(first, np.arange(n), 0))
+    out = np.empty(n, dtype=np.int64)
+    out[order] = rank
+    return out
+
+
 def innermost(start: np.ndarray, end: np.ndarray, t: np.ndarray) -> np.ndarray:
     """For each time of ``t``, the index of the last interval (in the given order) with start <= t <= end, or -1.
 
