@@ -282,13 +282,13 @@ def test_baselines_from_the_kept_order_equal_the_sorted_scan(h200x2_store, monke
 
 
 def test_results_appended_in_pieces_equal_one_piece(h200x2_store, monkeypatch):
-    """Each engine stage appends its result to its table in pieces as the sweeps finish: with a piece per device
-    (and a task per device, finishing in any order) every table is that of one piece, row for row (four runs on 2
-    GPUs: eight devices)."""
+    """Each engine stage appends its result to its table in pieces as the sweeps finish: with pieces of 500 rows (a
+    device cut in slices, or several devices in one) and a task per device, finishing in any order, every table is
+    that of one piece, row for row (four runs on 2 GPUs: eight devices)."""
     from traceql import engine
 
     whole = _rows(h200x2_store, "engine")
-    monkeypatch.setattr(engine, "APPEND_ROWS", 1)
+    monkeypatch.setattr(engine, "APPEND_ROWS", 500)
     monkeypatch.setattr(engine, "BUNDLE_ROWS", 1)
     pieces = _rows(h200x2_store, "engine")
     assert len(whole["_device_unions"]) == 8

@@ -39,7 +39,7 @@ METRICS = ("sm_active_pct", "dram_pct", "gpc_clock_mhz", "nvlink_pct", "pcie_pct
 
 BATCH_ROWS = 1 << 20  # rows per Arrow batch read from DuckDB: the memory of the read, whatever the store's size
 BUNDLE_ROWS = 1 << 16  # rows of small devices swept together in one task
-APPEND_ROWS = 1 << 21  # rows of a result assembled and appended to its table at a time
+APPEND_ROWS = 1 << 18  # rows of a result assembled and appended to its table at a time
 INFLIGHT_ROWS = 1 << 22  # rows of devices read and not yet swept past which reading waits (while every thread has one)
 
 
@@ -131,15 +131,23 @@ def _fill(con: duckdb.DuckDBPyConnection, table: str, groups: Iterable[tuple[tup
         piece: list[tuple[tuple[str, int], Columns]] = []
         rows = 0
         for key, cols in groups:
-            piece.append((key, cols))
-            rows += len(next(iter(cols.values()))) if cols else 0
-            if rows >= APPEND_ROWS:
-                yield _assemble(piece, schema, nan_is_null)
-                piece, rows = [], 0
+            n = len(next(iter(cols.values()))) if cols else 0
+            for a in range(0, max(n, 1), APPEND_ROWS):  # a large device in slices: a piece is copied once more
+                piece.append((key, _sliced(cols, a, min(n, a + APPEND_ROWS)) if n > APPEND_ROWS else cols))
+                rows += min(n - a, APPEND_ROWS)
+                if rows >= APPEND_ROWS:
+                    yield _assemble(piece, schema, nan_is_null)
+                    piece, rows = [], 0
         if piece:
             yield _assemble(piece, schema, nan_is_null)
 
     return duck.keep_pieces(con, table, schema.empty_table(), pieces(), compressed)
+
+
+def _sliced(cols: Columns, a: int, b: int) -> Columns:
+    """Rows a to b of a group's columns (numpy, Arrow, or None: all NULL)."""
+    return {c: None if v is None else v.slice(a, b - a) if isinstance(v, (pa.Table, pa.Array)) else v[a:b]
+            for c, v in cols.items()}
 
 
 def _assemble(groups: list[tuple[tuple[str, int], Columns]], schema: pa.Schema,
