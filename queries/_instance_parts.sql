@@ -1,6 +1,6 @@
 -- _instance_parts: each GPU activity's row of _activity_rows beside its row of _instance_sweeps (what
--- _instance_facts derives its columns from). traceql.engine keeps both tables in the same order, by run and activity,
--- and reads them side by side (a POSITIONAL JOIN) instead of joining them on their keys; this is the reference.
+-- _instance_facts derives its columns from). traceql.engine writes it as one table, in one pass per device (each
+-- activity's row as read, and what the sweeps give it); this is its reference definition.
 -- columns:
 --   run_id              VARCHAR  run
 --   device_id           INTEGER  physical GPU

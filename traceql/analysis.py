@@ -70,7 +70,7 @@ def prepare(con: duckdb.DuckDBPyConnection, external: baselines.External | None 
         if sweeps == "engine" and view in engine.STAGES:
             engine.STAGES[view](con)
         elif sweeps == "engine" and view == "_instance_facts":
-            continue  # derived, row by row, from the activity rows and the sweeps read side by side (_instance_parts)
+            continue  # a view: its columns derived row by row from the engine's table (_instance_parts)
         else:
             materialize(con, SQL_STAGES.get(view, (view,)), uncompressed=plain)
     baselines.register(con, external, ordered=sweeps == "engine")  # the engine keeps the facts in activity order

@@ -131,8 +131,8 @@ def _fill(con: duckdb.DuckDBPyConnection, table: str, groups: Iterable[tuple[tup
         piece: list[tuple[tuple[str, int], Columns]] = []
         rows = 0
         for key, cols in groups:
-            n = len(next(iter(cols.values()))) if cols else 0
-            for a in range(0, max(n, 1), APPEND_ROWS):  # a large device in slices: a piece is copied once more
+            n = _size(cols)
+            for a in range(0, max(n, 1), APPEND_ROWS):  # a device larger than a piece goes in slices
                 piece.append((key, _sliced(cols, a, min(n, a + APPEND_ROWS)) if n > APPEND_ROWS else cols))
                 rows += min(n - a, APPEND_ROWS)
                 if rows >= APPEND_ROWS:
@@ -142,6 +142,12 @@ def _fill(con: duckdb.DuckDBPyConnection, table: str, groups: Iterable[tuple[tup
             yield _assemble(piece, schema, nan_is_null)
 
     return duck.keep_pieces(con, table, schema.empty_table(), pieces(), compressed)
+
+
+def _size(cols: Columns) -> int:
+    """The rows of a group's columns."""
+    first = next((v for v in cols.values() if v is not None), None)
+    return 0 if first is None else first.num_rows if isinstance(first, pa.Table) else len(first)
 
 
 def _sliced(cols: Columns, a: int, b: int) -> Columns:
@@ -157,8 +163,7 @@ def _assemble(groups: list[tuple[tuple[str, int], Columns]], schema: pa.Schema,
     names = schema.names[2:]
     # "_rows": the rows of a scan, as they came, whose columns go through unchanged
     rows = pa.concat_tables([cols["_rows"] for _, cols in groups]) if "_rows" in groups[0][1] else None
-    sizes = np.array([cols["_rows"].num_rows if rows is not None else len(cols[names[0]]) for _, cols in groups],
-                     dtype=np.int64)
+    sizes = np.array([_size(cols) for _, cols in groups], dtype=np.int64)
     runs = list(dict.fromkeys(k[0] for k, _ in groups))
     run_index = {r: i for i, r in enumerate(runs)}
     run = pa.DictionaryArray.from_arrays(
@@ -208,7 +213,7 @@ def _map(groups: Iterator[tuple[tuple[str, int], Columns]], work: Callable[[tupl
     with ThreadPoolExecutor(workers) as pool:
         for key, data in groups:
             bundle.append((key, data))
-            rows += len(next(iter(data.values()))) if data else 0
+            rows += _size(data)
             if rows < BUNDLE_ROWS:
                 continue
             pending.append((rows, pool.submit(run_bundle, bundle)))
@@ -237,13 +242,13 @@ SWEPT = pa.schema([
 ])
 # NULL where NaN: the float columns whose SQL is NULL where nothing is measured or nothing overlaps
 NAN_IS_NULL = (*METRICS, "working_set_bytes", "co_dram_pct", "co_working_set_bytes")
-# the views the stage replaces: each is a projection of its result, or of _instance_parts (the activity rows beside it)
+# the views the pass replaces, each a projection of _instance_parts: (columns after run and device, condition)
 PROJECTIONS = {
-    "_instance_overlap": ("_instance_parts", f"activity_id, {', '.join(OVERLAP_COLUMNS)}, sm_count", ""),
-    "_instance_metrics": ("_instance_parts", f"activity_id, samples, {', '.join(METRICS)}", "samples IS NOT NULL"),
-    "_activity_dram": ("_instance_parts", "activity_id, start_ns, end_ns, own_dram_pct AS dram_pct, working_set_bytes",
-                       ""),
-    "_corunner_dram": ("_instance_parts", "activity_id, own_dram_pct, co_dram_pct, co_working_set_bytes", ""),
+    "_instance_sweeps": (f"activity_id, {', '.join(SWEPT.names)}", ""),
+    "_instance_overlap": (f"activity_id, {', '.join(OVERLAP_COLUMNS)}, sm_count", ""),
+    "_instance_metrics": (f"activity_id, samples, {', '.join(METRICS)}", "samples IS NOT NULL"),
+    "_activity_dram": ("activity_id, start_ns, end_ns, own_dram_pct AS dram_pct, working_set_bytes", ""),
+    "_corunner_dram": ("activity_id, own_dram_pct, co_dram_pct, co_working_set_bytes", ""),
 }
 
 
@@ -354,8 +359,9 @@ def _lookup(keys: np.ndarray, values: np.ndarray, at: np.ndarray) -> np.ndarray:
 
 
 def _sweeps(con: duckdb.DuckDBPyConnection) -> None:
-    """``_instance_sweeps`` (and ``_device_unions``) in one pass per device over ``_activity_rows``, read in its
-    order beside the GPU-metric samples, the launch contexts and the NVML samples:
+    """``_instance_parts`` (each activity's row and ``_instance_sweeps``) and ``_device_unions``, in one pass per
+    device over ``_activity_rows``, read in its order beside the GPU-metric samples, the launch contexts and the
+    NVML samples:
 
     1. the overlap of each activity by each co-runner class and the SM·ns its co-runners held (``sweeps.overlap``);
     2. the GPU-metric means over it (``sweeps.sample_means``);
@@ -461,10 +467,8 @@ def _sweeps(con: duckdb.DuckDBPyConnection) -> None:
     # the activity rows are read from it from now on
     con.execute(f"CREATE OR REPLACE VIEW _activity_rows AS SELECT {', '.join(activity.names)} FROM _instance_parts")
     con.execute(f'DROP TABLE {duck.KEPT}."_materialized__activity_rows"')
-    con.execute(f"CREATE OR REPLACE VIEW _instance_sweeps AS SELECT run_id, device_id, activity_id, "
-                f"{', '.join(SWEPT.names)} FROM _instance_parts")
-    for view, (source, columns, where) in PROJECTIONS.items():
-        con.execute(f'CREATE OR REPLACE VIEW "{view}" AS SELECT run_id, device_id, {columns} FROM {source}'
+    for view, (columns, where) in PROJECTIONS.items():
+        con.execute(f'CREATE OR REPLACE VIEW "{view}" AS SELECT run_id, device_id, {columns} FROM _instance_parts'
                     + (f" WHERE {where}" if where else ""))
 
 
