@@ -281,6 +281,19 @@ def test_baselines_from_the_kept_order_equal_the_sorted_scan(h200x2_store, monke
     assert kept == sorted_scan
 
 
+def test_a_connection_that_does_not_keep_order_gets_the_same_tables(h200x2_store):
+    """The pass and the baselines read tables in the order they were kept, which DuckDB returns unless the
+    connection sets preserve_insertion_order off: then they sort what they read, and every table is the same."""
+    whole = _rows(h200x2_store, "engine")
+    con = traceql.connect(h200x2_store)
+    con.execute("SET preserve_insertion_order = false")
+    analysis.prepare(con)
+    for table, cols in TABLES.items():
+        names = ", ".join(f'"{c}"' for c in cols)
+        assert con.sql(f"SELECT run_id, {names} FROM {table} ORDER BY ALL").fetchall() == whole[table], table
+    con.close()
+
+
 def test_results_appended_in_pieces_equal_one_piece(h200x2_store, monkeypatch):
     """Each engine stage appends its result to its table in pieces as the sweeps finish: with pieces of 500 rows (a
     device cut in slices, or several devices in one) and a task per device, finishing in any order, every table is

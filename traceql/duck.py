@@ -40,6 +40,12 @@ def _spill_folder() -> str:
     return folder
 
 
+def keeps_order(con: duckdb.DuckDBPyConnection) -> bool:
+    """Whether ``con`` returns a table's rows in the order they were inserted, when a query does not order them
+    (DuckDB's ``preserve_insertion_order``, on unless the connection turned it off)."""
+    return bool(con.sql("SELECT current_setting('preserve_insertion_order')").fetchall()[0][0])
+
+
 def memory_limit() -> str:
     """``$TRACEQL_MEMORY_LIMIT`` as given (DuckDB's size syntax), or "" when memory is not capped."""
     return os.environ.get(MEMORY_LIMIT_ENV, "").strip()

@@ -396,8 +396,9 @@ def _sweeps(con: duckdb.DuckDBPyConnection) -> None:
     activities = _grouped(con, """SELECT *, CASE corunner_kind WHEN 'comm' THEN 0 WHEN 'compute' THEN 1 ELSE 2
                                             END::TINYINT AS _cls, activity = 'kernel' AS _kernel
                                   FROM _activity_rows""",
-                          numbers=("activity_id", "start_ns", "end_ns", "sm_held", "sig", "bytes", "_cls", "_kernel"),
-                          rows=True, ordered=True)
+                          "activity_id", numbers=("activity_id", "start_ns", "end_ns", "sm_held", "sig", "bytes",
+                                                  "_cls", "_kernel"),
+                          rows=True, ordered=duck.keeps_order(con))  # else sorted: the same order
 
     def inputs() -> Iterator[tuple[tuple[str, int], Columns]]:
         """Each device's activities with its samples, launch contexts and groups (every scan goes by run and
