@@ -85,7 +85,7 @@ def keep(con: duckdb.DuckDBPyConnection, table: str, select: str, data: pa.Table
          compressed: bool = True, checkpoint: bool = True) -> str:
     """Compute ``select`` (over ``data``, named ``_input`` there, if given) once into ``table`` of an in-memory
     database attached to ``con``, and return the table's qualified name. ``compressed``: in the database with
-    compression on, where after a checkpoint (:func:`compress`) its columns are stored as a database file's are
+    compression on, where after a checkpoint (:func:`_compress`) its columns are stored as a database file's are
     (bit-packing, dictionaries, frame-of-reference, ALP for doubles): a few times smaller than a temporary table's,
     and faster to scan. The checkpoint comes at once for a table of ``CHECKPOINT_ROWS`` rows or more (unless not
     ``checkpoint``: :func:`keep_pieces` checkpoints once its pieces are in); a shorter one is compressed by the

@@ -524,7 +524,7 @@ def _corunner_demand(b: sweeps.Boundaries, dur: np.ndarray, over: np.ndarray, ow
 def _column(rows: pa.Table | None, column: str) -> np.ndarray | np.ma.MaskedArray:
     if rows is None:
         return np.zeros(0, dtype=np.int64)
-    return _columns(rows.select([column]), skip=())[column]
+    return _columns(rows, skip=(), only=(column,))[column]
 
 
 def _enclosing(con: duckdb.DuckDBPyConnection, view: str, ranges: str, occurrence: bool) -> str:

@@ -131,11 +131,6 @@ def overlap(start: np.ndarray, end: np.ndarray, cls: np.ndarray, sm_held: np.nda
     return DeviceOverlap(per, totals, b)
 
 
-def sample_windows(ts: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The samples of ``ts`` (sorted) in (start, end] per interval: the indices of the first and past the last."""
-    return np.searchsorted(ts, start, side="right"), np.searchsorted(ts, end, side="right")
-
-
 def sample_means(ts: np.ndarray, values: np.ndarray, start: np.ndarray, end: np.ndarray
                  ) -> tuple[np.ndarray, np.ndarray]:
     """Mean of the samples in (start, end] per interval, else the last sample at or before start (NaN if none).
