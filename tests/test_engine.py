@@ -306,3 +306,86 @@ def test_results_appended_in_pieces_equal_one_piece(h200x2_store, monkeypatch):
     pieces = _rows(h200x2_store, "engine")
     assert len(whole["_device_unions"]) == 8
     assert pieces == whole
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 40), st.integers(0, 40), st.integers(0, 2), st.integers(0, 14)),
+                min_size=1, max_size=30),
+       st.integers(1, 6), st.integers(1, 7))
+def test_windows_of_a_device_give_its_whole_sweep(acts, size, piece):
+    """A device swept in windows of ``size`` activities (read in pieces of ``piece`` rows) gives each activity the
+    integrals, and the device the unions, of the whole device swept at once: with long activities that outlive
+    many windows, zero-length ones, and ties."""
+    from traceql.engine import _windows
+
+    acts = sorted(acts)  # activities in time order, as the activity rows are kept
+    start = np.array([a[0] for a in acts], dtype=np.int64)
+    end = start + np.array([a[1] for a in acts], dtype=np.int64)
+    cls = np.array([a[2] for a in acts], dtype=np.int8)
+    sm = np.array([a[3] for a in acts], dtype=np.int64)
+    whole = sweeps.overlap(start, end, cls, sm, S)
+    cols = {"activity_id": np.arange(len(acts)), "start_ns": start, "end_ns": end, "cls": cls, "sm": sm}
+    pieces = [(("run", 0), {c: v[i:i + piece] for c, v in cols.items()}) for i in range(0, len(acts), piece)]
+    got = {c: [] for c in whole.per_activity}
+    totals = dict.fromkeys(whole.totals, 0)
+    windows = list(_windows(iter(pieces), size))
+    for w in windows:
+        c = w.cols
+        res = sweeps.overlap(c["start_ns"], c["end_ns"], c["cls"], c["sm"], S, w.span)
+        assert list(c["activity_id"][w.own]) == list(range(w.own.stop - w.own.start)) \
+            if w.span is None else len(c["activity_id"][w.own]) <= size
+        for k, v in res.per_activity.items():
+            got[k].extend(v[w.own].tolist())
+        for k, v in res.totals.items():
+            totals[k] += v
+    assert [i for w in windows for i in w.cols["activity_id"][w.own]] == list(range(len(acts)))
+    assert (len(windows) == 1) == (len(acts) <= size)
+    for k, v in whole.per_activity.items():
+        assert got[k] == v.tolist(), k
+    assert totals == whole.totals
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 60), min_size=1, max_size=25, unique=True),
+       st.lists(st.tuples(st.integers(0, 60), st.integers(0, 15)), min_size=1, max_size=20), st.integers(1, 5))
+def test_samples_handed_to_windows_give_the_same_means(ts, intervals, piece):
+    """The GPU-metric samples a window gets (from the last before its first start to its last end, read as it goes)
+    give each of its activities the means and counts of the device's whole series."""
+    from traceql.engine import _Series
+
+    ts = np.array(sorted(ts), dtype=np.int64)
+    values = np.sin(ts.astype(np.float64))
+    intervals = sorted(intervals)
+    start = np.array([s for s, _ in intervals], dtype=np.int64)
+    end = start + np.array([d for _, d in intervals], dtype=np.int64)
+    want, want_k = sweeps.sample_means(ts, values, start, end)
+    other = (("a", 0), {"ts_ns": np.array([1]), "v": np.array([9.0])})  # another device before it
+    series = _Series(iter([other, *((("a", 1), {"ts_ns": ts[i:i + piece], "v": values[i:i + piece]})
+                                    for i in range(0, len(ts), piece))]))
+    for a in range(0, len(start), 3):  # windows of 3 activities
+        s, e = start[a:a + 3], end[a:a + 3]
+        got = series.window(("a", 1), int(s[0]), int(e.max()))
+        means, k = sweeps.sample_means(got["ts_ns"], got["v"], s, e) if len(got["ts_ns"]) else \
+            (np.full(len(s), np.nan), np.zeros(len(s), dtype=np.int64))
+        assert np.allclose(means, want[a:a + 3], equal_nan=True, rtol=1e-12) and (k == want_k[a:a + 3]).all()
+    assert series.window(("b", 0), 0, 10) is None
+
+
+@pytest.mark.parametrize("fixture", ["h200x2_store", "train_ddp_run"])
+def test_devices_swept_in_windows_equal_the_whole_device(fixture, request, monkeypatch):
+    """Devices swept in windows of 97 activities (so every device is many windows, its isolated DRAM rates taken
+    in a pass of their own) give the tables of each device swept at once: integers exactly, averages to rounding."""
+    from traceql import engine
+
+    run = request.getfixturevalue(fixture)
+    whole = _rows(run, "engine")
+    monkeypatch.setattr(engine, "WINDOW_ROWS", 97)
+    windows = _rows(run, "engine")
+    con = traceql.connect(run)
+    assert con.sql("SELECT max(n) FROM (SELECT count(*) AS n FROM _activity_rows GROUP BY run_id, device_id)"
+                   ).fetchall()[0][0] > 10 * 97
+    con.close()
+    for table in TABLES:
+        assert len(windows[table]) == len(whole[table]), table
+        for g, w in zip(windows[table], whole[table], strict=True):
+            assert all(_same(x, y) for x, y in zip(g, w, strict=True)), (table, g, w)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import NamedTuple
 
 import duckdb
 import numpy as np
@@ -41,6 +42,8 @@ BATCH_ROWS = 1 << 20  # rows per Arrow batch read from DuckDB: the memory of the
 BUNDLE_ROWS = 1 << 16  # rows of small devices swept together in one task
 APPEND_ROWS = 1 << 18  # rows of a result assembled and appended to its table at a time
 INFLIGHT_ROWS = 1 << 22  # rows of devices read and not yet swept past which reading waits (while every thread has one)
+WINDOW_ROWS = 1 << 22  # activities of a device swept at a time (a device of more is swept in windows)
+CAPPED_WINDOW_ROWS = 1 << 18  # the same, when memory is capped
 
 
 Columns = dict[str, np.ndarray]
@@ -56,11 +59,27 @@ def _grouped(con: duckdb.DuckDBPyConnection, sql: str, order: str = "", by: str 
     which DuckDB returns as it is kept (its insertion order), so the scan is not sorted again; a group seen twice
     is an error. A batch is converted to numpy once and its groups are views into it, so a store of thousands of
     small devices costs one conversion per batch, not one per device."""
+    key, parts = None, []
+    for k, part in _pieces(con, sql, order, by, numbers, rows, ordered):
+        if k != key and parts:
+            yield key, _joined(parts)
+            parts = []
+        key = k
+        parts.append(part)
+    if parts:
+        yield key, _joined(parts)
+
+
+def _pieces(con: duckdb.DuckDBPyConnection, sql: str, order: str = "", by: str = "device_id",
+            numbers: tuple[str, ...] | None = None, rows: bool = False, ordered: bool = False,
+            batch_rows: int = 0) -> Iterator[tuple[tuple[str, int], Columns]]:
+    """:func:`_grouped`'s groups in the pieces that the scan's batches (of ``batch_rows``, else ``BATCH_ROWS``)
+    hold: a group read across batches comes as consecutive pieces of the same key."""
     query = f"SELECT * FROM ({sql})"
     if not ordered:
         query += f" ORDER BY run_id, {by}{', ' + order if order else ''}"
-    reader = con.sql(query).to_arrow_reader(BATCH_ROWS)
-    key, parts, seen = None, [], set()
+    reader = con.sql(query).to_arrow_reader(batch_rows or BATCH_ROWS)
+    key, seen = None, set()
     for batch in reader:
         run, dev = batch.column("run_id"), batch.column(by)
         n = batch.num_rows
@@ -73,19 +92,15 @@ def _grouped(con: duckdb.DuckDBPyConnection, sql: str, order: str = "", by: str 
         starts = [0, *change.tolist()]
         runs, devs = run.take(starts).to_pylist(), dev.take(starts).to_pylist()
         for a, b, k in zip(starts, [*change.tolist(), n], zip(runs, devs, strict=True), strict=True):
-            if k != key and parts:
-                yield key, _joined(parts)
-                parts = []
             if ordered and k != key:
                 if k in seen:
                     raise RuntimeError(f"the rows of {sql!r} are not in the order they were kept in")
                 seen.add(k)
             key = k
-            parts.append({c: v[a:b] for c, v in cols.items()})
+            part = {c: v[a:b] for c, v in cols.items()}
             if table is not None:
-                parts[-1]["_rows"] = table.slice(a, b - a)
-    if parts:
-        yield key, _joined(parts)
+                part["_rows"] = table.slice(a, b - a)
+            yield k, part
 
 
 def _joined(parts: list[Columns]) -> Columns:
@@ -93,7 +108,8 @@ def _joined(parts: list[Columns]) -> Columns:
     if len(parts) == 1:
         return parts[0]
     return {c: pa.concat_tables([p[c] for p in parts]) if isinstance(v, pa.Table) else
-            (np.ma.concatenate if np.ma.isMaskedArray(v) else np.concatenate)([p[c] for p in parts])
+            (np.ma.concatenate if any(np.ma.isMaskedArray(p[c]) for p in parts) else np.concatenate)(
+                [p[c] for p in parts])
             for c, v in parts[0].items()}
 
 
@@ -321,6 +337,103 @@ class _Following:
         return index, pa.concat_tables(pieces)
 
 
+class _Window(NamedTuple):
+    """A window of a device's activities and the activities it needs beside it."""
+    key: tuple[str, int]
+    cols: Columns  # the context: activities of earlier windows still running, the window's own, and later ones
+    own: slice  # the window's own activities in the context
+    span: tuple[int, int | None] | None  # the window's time [lo, hi) (None: the whole device, in one window)
+    rows: pa.Table | None  # the rows of its own activities, as they came
+
+
+def _windows(pieces: Iterator[tuple[tuple[str, int], Columns]], size: int) -> Iterator[_Window]:
+    """Each device's activities (pieces of consecutive rows, by run and device, in time order) in windows of
+    ``size`` activities. Beside its own activities, a window carries every activity of earlier windows still running
+    at its first start and every later one that starts before its last end: all those that overlap one of its own,
+    so each own activity's integrals are exact. A window's time is [its first start, the next window's first start):
+    the device's timeline, cut into windows. A device of at most ``size`` activities is one window, alone."""
+    key, buf, own0, first, rows = None, {}, 0, True, []
+
+    def cut(final: bool) -> Iterator[_Window]:
+        nonlocal buf, own0, first, rows
+        while buf:
+            start, end = np.ma.getdata(buf["start_ns"]), np.ma.getdata(buf["end_ns"])
+            n = len(start)
+            b = min(own0 + size, n)
+            if b == n and not final:
+                return  # a window not yet whole
+            reach = b + int(np.searchsorted(start[b:], end[own0:b].max(initial=start[own0]), side="left"))
+            if reach == n and not final:
+                return  # later activities may still start within it
+            last = b == n
+            whole = first and last
+            own_rows = None
+            if rows:
+                table = pa.concat_tables(rows) if len(rows) > 1 else rows[0]
+                own_rows, rest = table.slice(0, b - own0), table.slice(b - own0)
+                rows = [rest] if rest.num_rows else []
+            yield _Window(key, buf if whole else {c: v[:reach] for c, v in buf.items()}, slice(own0, b),
+                          None if whole else (int(start[own0]), None if last else int(start[b])), own_rows)
+            first = False
+            if last:
+                buf, own0 = {}, 0
+                return
+            keep = np.r_[np.flatnonzero(end[:b] > start[b]), np.arange(b, n)]  # still running, and not swept
+            buf = {c: v[keep] for c, v in buf.items()}
+            own0 = len(keep) - (n - b)
+
+    for k, part in pieces:
+        if k != key:
+            yield from cut(final=True)
+            key, first = k, True
+        if "_rows" in part:
+            rows.append(part.pop("_rows"))
+        buf = _joined([buf, part]) if buf else part
+        yield from cut(final=False)
+    yield from cut(final=True)
+
+
+class _Series:
+    """A scan of time series (by run and device, in time order), handed out to the windows of each device as they
+    need them: the samples in a window's time and the last one before it. A device's samples are read as its
+    windows reach them, and dropped once no later window can need them."""
+
+    def __init__(self, pieces: Iterator[tuple[tuple[str, int], Columns]], time: str = "ts_ns"):
+        self._pieces, self._time = pieces, time
+        self._key, self._buf, self._ended = None, None, False  # the device buffered, its samples, all read
+        self._next = next(self._pieces, None)
+
+    @staticmethod
+    def _order(k: tuple[str, int]) -> tuple:
+        return k[0], k[1] is None, k[1] or 0  # NULL devices last, as DuckDB orders them
+
+    def window(self, key: tuple[str, int], lo: int, hi: int) -> Columns | None:
+        """``key``'s samples from the last at or before ``lo`` to the last at or before ``hi`` (empty if none);
+        None if ``key`` has no samples. Windows of a device come in time order."""
+        if key != self._key:
+            self._key, self._buf, self._ended = key, None, False
+            while self._next is not None and self._order(self._next[0]) < self._order(key):
+                self._next = next(self._pieces, None)
+            if self._next is None or self._next[0] != key:
+                self._ended = True
+                return None
+        while not self._ended and (self._buf is None or self._buf[self._time][-1] <= hi):
+            if self._next is None or self._next[0] != key:
+                self._ended = True
+                break
+            part = self._next[1]
+            self._buf = _joined([self._buf, part]) if self._buf is not None else part
+            self._next = next(self._pieces, None)
+        if self._buf is None:
+            return None
+        ts = np.ma.getdata(self._buf[self._time])
+        p = max(int(np.searchsorted(ts, lo, side="right")) - 1, 0)
+        q = int(np.searchsorted(ts, hi, side="right"))
+        if p:
+            self._buf = {c: v[p:] for c, v in self._buf.items()}
+        return {c: v[:q - p] for c, v in self._buf.items()}
+
+
 def _gather(values: np.ndarray | np.ma.MaskedArray, index: np.ndarray) -> np.ma.MaskedArray | None:
     """``values[index]``, masked where ``index`` is -1 (and where ``values`` is); None where every row is."""
     if not len(values) or index.max(initial=-1) < 0:
@@ -371,8 +484,13 @@ def _sweeps(con: duckdb.DuckDBPyConnection) -> None:
     4. its co-runners' isolated DRAM rate and working sets while they overlapped it (``_corunner_dram``);
     5. its launch context and the NVML sample at its midpoint.
 
+    A device is swept in windows of at most :func:`window_rows` activities (:func:`_windows`), so that memory is
+    that of a window, whatever the size of the device. The isolated DRAM rates of a device of several windows are
+    medians over the whole device: they are taken first, in a pass of their own (:func:`_alone_medians`).
+
     Each replaced view now reads a projection of the result (``PROJECTIONS``).
     """
+    size = window_rows()
     devices = {(r, d): (s, b) for r, d, s, b in
                con.sql("SELECT run_id, device_id, sm_count, mem_bandwidth_Bps FROM devices").fetchall()}
     demand: dict[tuple[str, int], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
@@ -386,56 +504,58 @@ def _sweeps(con: duckdb.DuckDBPyConnection) -> None:
              _grouped(con, "SELECT run_id, device_id, ts_ns, power_w, sm_clock_mhz, throttle_reasons FROM power "
                            "WHERE ts_ns IS NOT NULL", "ts_ns")}
     materialize(con, ("_metric_wide",))
+    ordered = duck.keeps_order(con)  # else sorted: the same order
+    medians = _alone_medians(con, size, ordered)
     cursors = [con.cursor() for _ in range(3)]
-    samples = _grouped(cursors[0], f"SELECT run_id, device_id, ts_ns, "
-                                   f"{', '.join(f'{m}::DOUBLE AS {m}' for m in METRICS)} FROM _metric_wide", "ts_ns")
+    samples = _Series(_pieces(cursors[0], f"SELECT run_id, device_id, ts_ns, "
+                                          f"{', '.join(f'{m}::DOUBLE AS {m}' for m in METRICS)} FROM _metric_wide",
+                              "ts_ns"))
     occurrence = _Following(cursors[1], "SELECT run_id, activity_id, step_start_ns, step_text, occurrence "
                                         "FROM _activity_occurrence")
     groups = _Following(cursors[2], "SELECT run_id, activity_id, nvtx FROM _activity_groups")
     activity = con.sql("SELECT * FROM _activity_rows LIMIT 0").arrow().schema
-    activities = _grouped(con, """SELECT *, CASE corunner_kind WHEN 'comm' THEN 0 WHEN 'compute' THEN 1 ELSE 2
+    activities = _pieces(con, """SELECT *, CASE corunner_kind WHEN 'comm' THEN 0 WHEN 'compute' THEN 1 ELSE 2
                                             END::TINYINT AS _cls, activity = 'kernel' AS _kernel
-                                  FROM _activity_rows""",
-                          "activity_id", numbers=("activity_id", "start_ns", "end_ns", "sm_held", "sig", "bytes",
-                                                  "_cls", "_kernel"),
-                          rows=True, ordered=duck.keeps_order(con))  # else sorted: the same order
+                                 FROM _activity_rows""",
+                         "activity_id", numbers=("activity_id", "start_ns", "end_ns", "sm_held", "sig", "bytes",
+                                                 "_cls", "_kernel"),
+                         rows=True, ordered=ordered, batch_rows=min(size, BATCH_ROWS))
 
     def inputs() -> Iterator[tuple[tuple[str, int], Columns]]:
-        """Each device's activities with its samples, launch contexts and groups (every scan goes by run and
-        device, or by run and activity, which is the same order; NULL devices last)."""
-        def order(k):
-            return k[0], k[1] is None, k[1] or 0
-
-        s_key, s = next(samples, (None, None))
-        for key, a in activities:
-            while s_key is not None and order(s_key) < order(key):
-                s_key, s = next(samples, (None, None))
-            ids = np.ma.getdata(a["activity_id"])
-            yield key, {**a, "_samples": s if s_key == key and len(s["ts_ns"]) else None,
-                        "_occurrence": occurrence.take(key[0], ids), "_groups": groups.take(key[0], ids)}
-
-    unions: dict[tuple[str, int], Columns] = {}
+        """Each window of activities with its samples, launch contexts and groups (every scan goes by run and
+        device, or by run and activity, which is the same order)."""
+        for w in _windows(activities, size):
+            own = w.cols["start_ns"][w.own]
+            lo, hi = (_EARLIEST, _LATEST) if w.span is None else \
+                (int(own[0]), int(np.ma.getdata(w.cols["end_ns"][w.own]).max()))
+            ids = np.ma.getdata(w.cols["activity_id"][w.own])
+            yield w.key, {**w.cols, "_own": w.own, "_span": w.span, "_rows": w.rows,
+                          "_samples": samples.window(w.key, lo, hi),
+                          "_occurrence": occurrence.take(w.key[0], ids), "_groups": groups.take(w.key[0], ids)}
 
     def work(key, a):
         start, end = np.ma.getdata(a["start_ns"]), np.ma.getdata(a["end_ns"])
         if np.any(np.diff(np.ma.getdata(a["activity_id"])) <= 0):
             raise RuntimeError("the activity rows are not in the order they were kept in")
-        cls, sig, n = np.ma.getdata(a["_cls"]), np.ma.getdata(a["sig"]), len(start)
+        cls, sig, own = np.ma.getdata(a["_cls"]), np.ma.getdata(a["sig"]), a["_own"]
         dur = end - start
+        n = own.stop - own.start
         sm_count, bandwidth = devices.get(key, (None, None))
-        res = sweeps.overlap(start, end, cls, np.ma.filled(a["sm_held"], 0), sm_count)
-        unions[key] = {k: np.array([v], dtype=np.int64) for k, v in res.totals.items()}
+        res = sweeps.overlap(start, end, cls, np.ma.filled(a["sm_held"], 0), sm_count, a["_span"])
         over = res.per_activity["overlap_ns"]
-        out = {"_rows": a["_rows"]}  # its row, as it came
-        out.update({c: res.per_activity[c] for c in OVERLAP_COLUMNS})
+        out = {"_rows": a["_rows"], "_totals": res.totals}  # its row, as it came
+        out.update({c: res.per_activity[c][own] for c in OVERLAP_COLUMNS})
         out["sm_count"] = np.ma.masked_array(np.full(n, sm_count or 0, dtype=np.int32),
                                              mask=np.full(n, sm_count is None))
 
-        out.update(_metric_means(a["_samples"], start, end))
-        own, ws = _isolated_dram(a, sig, dur, over, out["dram_pct"], bandwidth, dtod,
-                                 demand.get(key, (np.zeros(0, np.uint64), np.zeros(0), np.zeros(0))))
-        out["own_dram_pct"], out["working_set_bytes"] = own, ws
-        out["co_dram_pct"], out["co_working_set_bytes"] = _corunner_demand(res.boundaries, dur, over, own, ws)
+        out.update(_metric_means(a["_samples"], start[own], end[own]))
+        # a device in one window: its own activities are all there are, and their DRAM rates give the medians
+        alone = _group_medians(*_alone(sig, dur, over, out["dram_pct"])) if a["_span"] is None else medians[key]
+        rate, ws = _isolated_dram(a, sig, dur, alone, bandwidth, dtod,
+                                  demand.get(key, (np.zeros(0, np.uint64), np.zeros(0), np.zeros(0))))
+        out["own_dram_pct"], out["working_set_bytes"] = rate[own], ws[own]
+        co_rate, co_ws = _corunner_demand(res.boundaries, dur, over, rate, ws)
+        out["co_dram_pct"], out["co_working_set_bytes"] = co_rate[own], co_ws[own]
         index, rows = a["_occurrence"]
         out["step_start_ns"] = _gather(_column(rows, "step_start_ns"), index)
         out["occurrence"] = _gather(_column(rows, "occurrence"), index)
@@ -443,16 +563,20 @@ def _sweeps(con: duckdb.DuckDBPyConnection) -> None:
         index, rows = a["_groups"]
         out["nvtx"] = _text(rows, "nvtx", index)
         ts, watts, clock, throttle = power.get(key, (np.zeros(0, np.int64),) + (np.zeros(0),) * 3)
-        at = np.searchsorted(ts, (start + end) // 2, side="right") - 1  # the last sample at or before the midpoint
+        # the last sample at or before the midpoint
+        at = np.searchsorted(ts, (start[own] + end[own]) // 2, side="right") - 1
         out["power_w"], out["nvml_sm_clock_mhz"], out["throttle_reasons"] = (
             _gather(v, at) for v in (watts, clock, throttle))
         return out
 
-    keys = []
+    unions: dict[tuple[str, int], Columns] = {}
 
     def done():
         for key, cols in _map(inputs(), work):
-            keys.append(key)
+            totals = cols.pop("_totals")
+            if key in unions:  # a later window of the device
+                totals = {k: v + int(unions[key][k][0]) for k, v in totals.items()}
+            unions[key] = {k: np.array([v], dtype=np.int64) for k, v in totals.items()}
             yield key, cols
 
     # the activity rows and what the sweeps give each, in one table: a kept table whose size DuckDB knows (it plans
@@ -464,7 +588,7 @@ def _sweeps(con: duckdb.DuckDBPyConnection) -> None:
     finally:
         for c in cursors:
             c.close()
-    _publish(con, "_device_unions", [(k, unions[k]) for k in keys], UNIONS_SCHEMA)
+    _publish(con, "_device_unions", list(unions.items()), UNIONS_SCHEMA)
     # the activity rows are read from it from now on
     con.execute(f"CREATE OR REPLACE VIEW _activity_rows AS SELECT {', '.join(activity.names)} FROM _instance_parts")
     con.execute(f'DROP TABLE {duck.KEPT}."_materialized__activity_rows"')
@@ -473,25 +597,92 @@ def _sweeps(con: duckdb.DuckDBPyConnection) -> None:
                     + (f" WHERE {where}" if where else ""))
 
 
+_EARLIEST, _LATEST = np.iinfo(np.int64).min, np.iinfo(np.int64).max
+
+
+def window_rows() -> int:
+    """The activities of a device swept at a time: ``WINDOW_ROWS``, or ``CAPPED_WINDOW_ROWS`` when memory is capped
+    (``TRACEQL_MEMORY_LIMIT``)."""
+    return CAPPED_WINDOW_ROWS if duck.memory_limit() else WINDOW_ROWS
+
+
+def _alone(sig: np.ndarray, dur: np.ndarray, over: np.ndarray, dram: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The signatures and measured DRAM rates of the activities that ran alone on their device (and were measured)."""
+    alone = (over == 0) & (dur > 0) & ~np.isnan(dram)
+    return sig[alone], dram[alone]
+
+
+def _alone_medians(con: duckdb.DuckDBPyConnection, size: int, ordered: bool) \
+        -> dict[tuple[str, int], tuple[np.ndarray, np.ndarray]]:
+    """For each device of more than ``size`` activities (swept in several windows): per signature, the median
+    GPU-metric DRAM rate of its instances that ran alone (sorted signatures, medians), from a pass of its own over
+    the same windows (the overlap with anything else, and the DRAM rate means)."""
+    large = f"{duck.KEPT}._large_devices"  # a table the cursors see (they do not see temporary ones)
+    con.execute(f"CREATE OR REPLACE TABLE {large} AS SELECT run_id, device_id FROM _activity_rows "
+                f"GROUP BY ALL HAVING count(*) > {size}")
+    if not con.sql(f"SELECT count(*) FROM {large}").fetchall()[0][0]:
+        con.execute(f"DROP TABLE {large}")
+        return {}
+    cursors = [con.cursor() for _ in range(2)]
+    on = "ON t.run_id = l.run_id AND t.device_id IS NOT DISTINCT FROM l.device_id"
+    samples = _Series(_pieces(cursors[0], "SELECT run_id, device_id, ts_ns, dram_pct::DOUBLE AS dram_pct "
+                                      f"FROM _metric_wide t SEMI JOIN {large} l {on}", "ts_ns"))
+    keys = set(con.sql(f"SELECT run_id, device_id FROM {large}").fetchall())
+    # the activity rows as kept (a join would not keep their order), the other devices' passed over
+    activities = ((k, p) for k, p in _pieces(cursors[1], "SELECT run_id, device_id, activity_id, start_ns, end_ns, "
+                                                          "sig FROM _activity_rows", "activity_id", ordered=ordered,
+                                             batch_rows=min(size, BATCH_ROWS)) if k in keys)
+
+    def inputs():
+        for w in _windows(activities, size):
+            own = np.ma.getdata(w.cols["start_ns"][w.own])
+            hi = int(np.ma.getdata(w.cols["end_ns"][w.own]).max())
+            yield w.key, {**w.cols, "_own": w.own, "_samples": samples.window(w.key, int(own[0]), hi)}
+
+    def work(key, a):
+        start, end, own = np.ma.getdata(a["start_ns"]), np.ma.getdata(a["end_ns"]), a["_own"]
+        b = sweeps.Boundaries.of(start, end)
+        over = b.over(b.prefix(b.level() > 1))[own]
+        s = a["_samples"]
+        if s is None or not len(s["ts_ns"]):
+            dram = np.full(len(over), np.nan)
+        else:
+            dram = sweeps.sample_means(np.ma.getdata(s["ts_ns"]), np.ma.filled(s["dram_pct"], np.nan),
+                                       start[own], end[own])[0]
+        return dict(zip(("sig", "dram"), _alone(np.ma.getdata(a["sig"])[own], (end - start)[own], over, dram),
+                        strict=True))
+
+    found: dict[tuple[str, int], list[Columns]] = {}
+    try:
+        for key, got in _map(inputs(), work):
+            found.setdefault(key, []).append(got)
+    finally:
+        for c in cursors:
+            c.close()
+        con.execute(f"DROP TABLE {large}")
+    return {key: _group_medians(*(np.concatenate([p[c] for p in parts]) for c in ("sig", "dram")))
+            for key, parts in found.items()}
+
+
 def _metric_means(samples: Columns | None, start: np.ndarray, end: np.ndarray) -> Columns:
     """The GPU-metric means over each activity and the samples counted (NULL for a device without samples)."""
     n = len(start)
-    if samples is None:
-        return {"samples": None, **{m: np.full(n, np.nan) for m in METRICS}}
+    if samples is None or not len(samples["ts_ns"]):  # no samples on the device, or none in a window of it
+        return {"samples": None if samples is None else np.zeros(n, dtype=np.int64),
+                **{m: np.full(n, np.nan) for m in METRICS}}
     values = np.stack([np.ma.filled(samples[m], np.nan) for m in METRICS])  # a row per metric
     means, counts = sweeps.sample_means(np.ma.getdata(samples["ts_ns"]), values, start, end)
     return {"samples": counts.max(axis=0), **{m: means[i] for i, m in enumerate(METRICS)}}
 
 
-def _isolated_dram(a: Columns, sig: np.ndarray, dur: np.ndarray, over: np.ndarray, dram: np.ndarray,
+def _isolated_dram(a: Columns, sig: np.ndarray, dur: np.ndarray, medians: tuple[np.ndarray, np.ndarray],
                    bandwidth: int | None, dtod: np.ndarray, demand: tuple[np.ndarray, np.ndarray, np.ndarray]) \
         -> tuple[np.ndarray, np.ndarray]:
-    """Each activity's isolated DRAM rate (% of peak): the median measured rate (``dram``) of its signature's
-    instances that ran alone on the device, else its Nsight Compute profile's (``demand``: sorted signatures, rates,
-    working sets), else a copy's or set's own bytes over its duration (twice for device-to-device copies), else 0;
-    and its profiled working set (bytes; NaN where not profiled)."""
-    alone = (over == 0) & (dur > 0) & ~np.isnan(dram)
-    own = _lookup(*_group_medians(sig[alone], dram[alone]), sig)
+    """Each activity's isolated DRAM rate (% of peak): the median measured rate of its signature's instances that ran
+    alone on the device (``medians``: sorted signatures, medians), else its Nsight Compute profile's (``demand``:
+    sorted signatures, rates, working sets), else a copy's or set's own bytes over its duration (twice for
+    device-to-device copies), else 0; and its profiled working set (bytes; NaN where not profiled)."""
+    own = _lookup(*medians, sig)
     ncu_sig, ncu_dram, ncu_ws = demand
     fallbacks = [_lookup(ncu_sig, ncu_dram, sig)] if len(ncu_sig) else []
     copy = ~np.ma.getdata(a["_kernel"]) & (dur > 0)

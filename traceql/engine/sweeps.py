@@ -92,11 +92,14 @@ class DeviceOverlap:
 
 
 def overlap(start: np.ndarray, end: np.ndarray, cls: np.ndarray, sm_held: np.ndarray,
-            sm_count: int | None) -> DeviceOverlap:
+            sm_count: int | None, span: tuple[int, int | None] | None = None) -> DeviceOverlap:
     """Per activity: time overlapped by each other class, by anything else, and the SM·ns co-runners held.
 
     An activity is active over its own interval, so "another of my class" is "two or more of my class" there and
     "anything else" is "two or more in all". Communication SMs are capped at the SM count as a whole.
+
+    ``span`` (lo, hi; hi None for no end): the totals are the unions within [lo, hi) only, for a device swept in
+    windows of time (the intervals given must then include every one running in that span).
     """
     b = Boundaries.of(start, end)
     n = {c: b.level(mask=cls == c) for c in (COMM, COMPUTE, COPY)}
@@ -122,13 +125,28 @@ def overlap(start: np.ndarray, end: np.ndarray, cls: np.ndarray, sm_held: np.nda
         "corunner_sm_ns": np.maximum(0, comm_sm + b.over(b.prefix(sm_comp)) - own_sm),
         "comm_sm_ns": np.maximum(0, comm_sm - np.where(cls == COMM, own_sm, 0)),
     }
-    last = -1
-    totals = {
-        "compute_ns": int(p1[COMPUTE][last]),
-        "comm_ns": int(p1[COMM][last]),
-        "overlap_ns": int(b.prefix((n[COMM] > 0) & (n[COMPUTE] > 0))[last]),
-    }
+    if span is None:
+        last = -1
+        totals = {
+            "compute_ns": int(p1[COMPUTE][last]),
+            "comm_ns": int(p1[COMM][last]),
+            "overlap_ns": int(b.prefix((n[COMM] > 0) & (n[COMPUTE] > 0))[last]),
+        }
+    else:
+        totals = _totals(b, n[COMM] > 0, n[COMPUTE] > 0, *span)
     return DeviceOverlap(per, totals, b)
+
+
+def _totals(b: Boundaries, comm: np.ndarray, compute: np.ndarray, lo: int, hi: int | None) -> dict[str, int]:
+    """The unions of ``unions`` within [lo, hi) (hi None: no end), from the levels on each segment."""
+    t = b.t
+    stop = np.empty_like(t)
+    stop[:-1], stop[-1:] = t[1:], t[-1:]  # the end of each segment (the last one is empty)
+    if hi is not None:
+        stop = np.minimum(stop, hi)
+    seg = np.where(t >= lo, np.maximum(stop - t, 0), 0)
+    return {"compute_ns": int(seg[compute].sum()), "comm_ns": int(seg[comm].sum()),
+            "overlap_ns": int(seg[comm & compute].sum())}
 
 
 def sample_means(ts: np.ndarray, values: np.ndarray, start: np.ndarray, end: np.ndarray
