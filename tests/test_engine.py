@@ -201,11 +201,19 @@ def test_innermost_matches_brute_force(ranges, times):
                 min_size=1, max_size=14))
 @example(ranges=[(1, 0, 40, "step", "push_pop"), (1, 10, 20, None, "push_pop")], launched=[(1, 20, "gemm")])
 @example(ranges=[(1, 0, 0, None, "push_pop")], launched=[(1, 0, "gemm")])
-def test_occurrence_engine_equals_reference_sql(tmp_path_factory, ranges, launched):
+@example(ranges=[(1, 0, 200, "step", "push_pop")], launched=[(1, 5, "gemm"), (1, 5, "gemm"), (1, 5, "gemm")])
+@example(ranges=[(1, 0, 10, "step", "push_pop")], launched=[(1, 5, "gemm"), (1, 6, "gemm"), (1, 7, "gemm"), (1, 10, "gemm")])
+@pytest.mark.parametrize("window", [None, 2])
+def test_occurrence_engine_equals_reference_sql(tmp_path_factory, window, ranges, launched):
     """The launch context of every activity (innermost NVTX range of its thread, its text, the occurrence of its
     signature in that range instance), from the engine and from the reference SQL of _activity_occurrence, on two
-    threads with ranges that nest, cross, share starts and have no text."""
+    threads with ranges that nest, cross, share starts and have no text; also with each thread's launches read in
+    windows of 2 (the occurrences counted so far carried from one window to the next, ties in launch time included)."""
+    from unittest import mock
+
     from synthetic import make_store
+
+    from traceql import engine
 
     root = tmp_path_factory.mktemp("occ")
     kernels = [dict(start_ns=1000 + 10 * i, end_ns=1005 + 10 * i, name=name, correlation_id=100 + i)
@@ -219,7 +227,8 @@ def test_occurrence_engine_equals_reference_sql(tmp_path_factory, ranges, launch
     for mode in ("engine", "sql"):
         con = traceql.connect(root)
         analysis.group_by_nvtx(con, "[sb]*")  # the innermost range whose text matches, as --group-by-nvtx asks
-        analysis.prepare(con, sweeps=mode)
+        with mock.patch.object(engine, "WINDOW_ROWS", window or engine.WINDOW_ROWS):
+            analysis.prepare(con, sweeps=mode)
         got[mode] = (con.sql("SELECT activity_id, global_tid, step_start_ns, step_text, occurrence "
                              "FROM _activity_occurrence ORDER BY ALL").fetchall(),
                      con.sql("SELECT activity_id, nvtx FROM _activity_groups ORDER BY ALL").fetchall())

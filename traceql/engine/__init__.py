@@ -43,7 +43,7 @@ BUNDLE_ROWS = 1 << 16  # rows of small devices swept together in one task
 APPEND_ROWS = 1 << 18  # rows of a result assembled and appended to its table at a time
 INFLIGHT_ROWS = 1 << 22  # rows of devices read and not yet swept past which reading waits (while every thread has one)
 WINDOW_ROWS = 1 << 22  # activities of a device swept at a time (a device of more is swept in windows)
-CAPPED_WINDOW_ROWS = 1 << 18  # the same, when memory is capped
+CAPPED_WINDOW_ROWS = 1 << 17  # the same, when memory is capped
 
 
 Columns = dict[str, np.ndarray]
@@ -723,7 +723,10 @@ def _enclosing(con: duckdb.DuckDBPyConnection, view: str, ranges: str, occurrenc
     selects: its start (the latest start of the ranges around the launch) and its text (that of the latest (start,
     text) among those with a text: SQL's ``arg_max`` passes over NULL texts); with ``occurrence``, the launch's
     occurrence in that range instance too (launches of the same signature before it, by launch time and activity).
-    In a kept table named for ``view`` (its name is returned). Launches with no range around them have no row."""
+    In a kept table named for ``view`` (its name is returned). Launches with no range around them have no row.
+
+    A thread's ranges are held whole; its launches are read and swept in windows (:func:`window_rows`), and the
+    launches of each range instance and signature counted so far are carried from one window to the next."""
     sql = f"""SELECT run_id, global_tid, 0 AS part, start_ns AS a, end_ns AS b, NULL::UBIGINT AS sig, text
               FROM nvtx WHERE {ranges} AND start_ns IS NOT NULL AND end_ns IS NOT NULL AND global_tid IS NOT NULL
               UNION ALL
@@ -731,33 +734,72 @@ def _enclosing(con: duckdb.DuckDBPyConnection, view: str, ranges: str, occurrenc
               FROM _activity_rows a JOIN runtime_api r
                 ON r.run_id = a.run_id AND r.global_pid = a.global_pid AND r.correlation_id = a.correlation_id
               WHERE r.global_tid IS NOT NULL AND r.start_ns IS NOT NULL"""
+    size = window_rows()
+
+    def windows() -> Iterator[tuple[tuple[str, int], Columns]]:
+        """Each thread's launches, a piece of the scan at a time, with the thread's ranges (ranges first: part 0, by
+        start and text; then launches, by time and activity)."""
+        key, found, ranged = None, [], None
+        for k, d in _pieces(con, sql, "part, a, text, b", by="global_tid", batch_rows=min(size, BATCH_ROWS)):
+            if k != key:
+                key, found, ranged = k, [], None
+            n_ranges = int(np.searchsorted(d["part"], 1))
+            if n_ranges:
+                found.append({c: d[c][:n_ranges] for c in ("a", "b", "text")})
+            if n_ranges == len(d["part"]):
+                continue
+            if ranged is None:  # the thread's ranges are all in: index them once
+                if not found:
+                    ranged = {}
+                else:
+                    r = _joined(found)
+                    start, end, text = np.ma.getdata(r["a"]), np.ma.getdata(r["b"]), r["text"]
+                    named = np.flatnonzero(text != None)  # noqa: E711 (elementwise on objects)
+                    ranged = {"start": start, "end": end, "text": text, "back": sweeps.previous_greater(end),
+                              "named": named, "named_back": sweeps.previous_greater(end[named])}
+            if ranged:
+                yield key, {"t": np.ma.getdata(d["a"][n_ranges:]), "act": np.ma.getdata(d["b"][n_ranges:]),
+                            "sig": np.ma.getdata(d["sig"][n_ranges:]), "_ranges": ranged}
 
     def work(key, d):
-        n_ranges = int(np.searchsorted(d["part"], 1))  # ranges first (part 0), by start and text
-        start, end = np.ma.getdata(d["a"][:n_ranges]), np.ma.getdata(d["b"][:n_ranges])
-        text = d["text"][:n_ranges]
-        t, act, sig = np.ma.getdata(d["a"][n_ranges:]), np.ma.getdata(d["b"][n_ranges:]), d["sig"][n_ranges:]
-        inner = sweeps.innermost(start, end, t)
-        named = np.flatnonzero(text != None)  # noqa: E711 (elementwise on objects)
-        if len(named) == n_ranges:
+        r, t, act = d["_ranges"], d["t"], d["act"]
+        start, end, text, named = r["start"], r["end"], r["text"], r["named"]
+        inner = sweeps.innermost(start, end, t, r["back"])
+        if len(named) == len(start):
             inner_text = inner
         elif len(named) == 0:
             inner_text = np.full(len(t), -1)
         else:
-            found = sweeps.innermost(start[named], end[named], t)
+            found = sweeps.innermost(start[named], end[named], t, r["named_back"])
             inner_text = np.where(found >= 0, named[np.maximum(found, 0)], -1)
         keep = inner >= 0
         out = {"activity_id": act[keep], "step_start_ns": start[inner[keep]],
                "step_text": np.where(inner_text >= 0, text[np.maximum(inner_text, 0)], None)[keep]}
         if occurrence:
-            out["occurrence"] = sweeps.occurrence(out["step_start_ns"], np.ma.getdata(sig)[keep], t[keep],
-                                                  out["activity_id"])
+            sig = d["sig"][keep]
+            out["occurrence"] = sweeps.occurrence(out["step_start_ns"], sig, t[keep], out["activity_id"])
+            out["_counts"] = sweeps.key_counts(out["step_start_ns"], sig, end[inner[keep]])
+            out["_first"], out["_sig"] = (t[0] if len(t) else None), sig
         return out
 
-    groups = ((k, d) for k, d in _grouped(con, sql, "part, a, text", by="global_tid")
-              if 0 < np.searchsorted(d["part"], 1) < len(d["part"]))
+    def counted() -> Iterator[tuple[tuple[str, int], Columns]]:
+        """The occurrence within each window, plus the launches of the same range instance and signature in the
+        thread's earlier windows (those of ranges that ended before the window's first launch are dropped)."""
+        key, before = None, None
+        for k, out in _map(windows(), work):
+            if occurrence:
+                counts, first, sig = out.pop("_counts"), out.pop("_first"), out.pop("_sig")
+                if k != key:
+                    key, before = k, counts
+                else:
+                    if first is not None:
+                        before = tuple(v[before[3] >= first] for v in before)
+                    out["occurrence"] = out["occurrence"] + sweeps.counts_before(before, out["step_start_ns"], sig)
+                    before = sweeps.merge_counts(before, counts)
+            yield k, out
+
     schema = ENCLOSING_SCHEMA if occurrence else ENCLOSING_SCHEMA.remove(ENCLOSING_SCHEMA.get_field_index("occurrence"))
-    return _fill(con, f"_materialized_{view}", _map(groups, work), schema, ())
+    return _fill(con, f"_materialized_{view}", counted(), schema, ())
 
 
 def _occurrence(con: duckdb.DuckDBPyConnection) -> None:

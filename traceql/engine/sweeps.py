@@ -183,7 +183,7 @@ def occurrence(key_a: np.ndarray, key_b: np.ndarray, t: np.ndarray, tiebreak: np
     return out
 
 
-def innermost(start: np.ndarray, end: np.ndarray, t: np.ndarray) -> np.ndarray:
+def innermost(start: np.ndarray, end: np.ndarray, t: np.ndarray, back: np.ndarray | None = None) -> np.ndarray:
     """For each time of ``t``, the index of the last interval (in the given order) with start <= t <= end, or -1.
 
     ``start`` sorted (ties in the order the caller wants the last of them chosen): with NVTX ranges sorted by
@@ -191,9 +191,11 @@ def innermost(start: np.ndarray, end: np.ndarray, t: np.ndarray) -> np.ndarray:
     are the intervals before p (the first start past t); the answer is the last of them that ends at or after t,
     found by walking back from p - 1 along the chain of previous strictly greater ends (every interval skipped ends
     no later than the one it is skipped from, so before t). The walk takes as many steps as the ranges are deep.
+    ``back``: ``previous_greater(end)``, if the caller has it already.
     """
     i = np.searchsorted(start, t, side="right") - 1
-    back = previous_greater(end)
+    if back is None:
+        back = previous_greater(end)
     todo = np.flatnonzero(i >= 0)
     todo = todo[end[i[todo]] < t[todo]]
     while len(todo):
@@ -201,6 +203,47 @@ def innermost(start: np.ndarray, end: np.ndarray, t: np.ndarray) -> np.ndarray:
         todo = todo[i[todo] >= 0]
         todo = todo[end[i[todo]] < t[todo]]
     return i
+
+
+def key_counts(key_a: np.ndarray, key_b: np.ndarray, until: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The distinct (``key_a``, ``key_b``), sorted, with the rows of each and the latest ``until`` of each."""
+    if not len(key_a):
+        return key_a, key_b, np.zeros(0, dtype=np.int64), until
+    order = np.lexsort((key_b, key_a))
+    a, b = key_a[order], key_b[order]
+    first = np.flatnonzero(np.r_[True, (a[1:] != a[:-1]) | (b[1:] != b[:-1])])
+    return a[first], b[first], np.diff(np.r_[first, len(a)]), np.maximum.reduceat(until[order], first)
+
+
+def counts_before(counted: tuple[np.ndarray, ...], key_a: np.ndarray, key_b: np.ndarray) -> np.ndarray:
+    """For each row's (``key_a``, ``key_b``), its count in ``counted`` (``key_counts``' sorted keys and counts), or
+    0."""
+    c_a, c_b, c_n = counted[:3]
+    m, n = len(c_a), len(key_a)
+    if not m or not n:
+        return np.zeros(n, dtype=np.int64)
+    a, b = np.concatenate([c_a, key_a]), np.concatenate([c_b, key_b])
+    row = np.r_[np.zeros(m, dtype=bool), np.ones(n, dtype=bool)]
+    order = np.lexsort((row, b, a))  # a counted key before the rows of the same key
+    a, b, row, at = a[order], b[order], row[order], order
+    first = np.r_[True, (a[1:] != a[:-1]) | (b[1:] != b[:-1])]
+    group = np.cumsum(first) - 1
+    head = at[first]  # the first of each group: its count if it is a counted key
+    value = np.where(head < m, c_n[np.minimum(head, m - 1)], 0)
+    out = np.zeros(n, dtype=np.int64)
+    out[at[row] - m] = value[group[row]]
+    return out
+
+
+def merge_counts(x: tuple[np.ndarray, ...], y: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
+    """Two ``key_counts`` results as one: counts summed, the latest ``until`` kept."""
+    a, b, n, until = (np.concatenate([p, q]) for p, q in zip(x, y, strict=True))
+    if not len(a):
+        return a, b, n, until
+    order = np.lexsort((b, a))
+    a, b, n, until = a[order], b[order], n[order], until[order]
+    first = np.flatnonzero(np.r_[True, (a[1:] != a[:-1]) | (b[1:] != b[:-1])])
+    return a[first], b[first], np.add.reduceat(n, first), np.maximum.reduceat(until, first)
 
 
 def previous_greater(v: np.ndarray) -> np.ndarray:
