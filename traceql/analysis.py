@@ -73,8 +73,13 @@ def prepare(con: duckdb.DuckDBPyConnection, external: baselines.External | None 
             continue  # a view: its columns derived row by row from the engine's table (_instance_parts)
         else:
             materialize(con, SQL_STAGES.get(view, (view,)), uncompressed=plain)
-    # the engine keeps the facts in activity order, which scans return unless the connection turned that off
-    baselines.register(con, external, ordered=sweeps == "engine" and duck.keeps_order(con))
+    # the engine keeps the facts in activity order, which scans return unless the connection turned that off; the
+    # baselines then take a device's facts whole, so a device larger than the engine's windows is read sorted instead
+    # (a signature's facts at a time)
+    ordered = sweeps == "engine" and duck.keeps_order(con) and con.sql(
+        "SELECT coalesce(max(n), 0) FROM (SELECT count(*) AS n FROM _instance_parts GROUP BY run_id, device_id)"
+    ).fetchall()[0][0] <= engine.window_rows()
+    baselines.register(con, external, ordered=ordered)
     materialize(con, DOWNSTREAM)
 
 

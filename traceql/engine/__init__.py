@@ -652,16 +652,26 @@ def _alone_medians(con: duckdb.DuckDBPyConnection, size: int, ordered: bool) \
         return dict(zip(("sig", "dram"), _alone(np.ma.getdata(a["sig"])[own], (end - start)[own], over, dram),
                         strict=True))
 
-    found: dict[tuple[str, int], list[Columns]] = {}
+    medians: dict[tuple[str, int], tuple[np.ndarray, np.ndarray]] = {}
+    key, found = None, []  # the device whose windows come, what they found
+
+    def medians_of(parts: list[Columns]) -> tuple[np.ndarray, np.ndarray]:
+        return _group_medians(*(np.concatenate([p[c] for p in parts]) for c in ("sig", "dram")))
+
     try:
-        for key, got in _map(inputs(), work):
-            found.setdefault(key, []).append(got)
+        for k, got in _map(inputs(), work):
+            if k != key and found:
+                medians[key] = medians_of(found)  # a device's medians as soon as its windows are in
+                found = []
+            key = k
+            found.append(got)
+        if found:
+            medians[key] = medians_of(found)
     finally:
         for c in cursors:
             c.close()
         con.execute(f"DROP TABLE {large}")
-    return {key: _group_medians(*(np.concatenate([p[c] for p in parts]) for c in ("sig", "dram")))
-            for key, parts in found.items()}
+    return medians
 
 
 def _metric_means(samples: Columns | None, start: np.ndarray, end: np.ndarray) -> Columns:
