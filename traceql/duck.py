@@ -11,6 +11,7 @@ from __future__ import annotations
 import atexit
 import functools
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterable
@@ -49,6 +50,19 @@ def keeps_order(con: duckdb.DuckDBPyConnection) -> bool:
 def memory_limit() -> str:
     """``$TRACEQL_MEMORY_LIMIT`` as given (DuckDB's size syntax), or "" when memory is not capped."""
     return os.environ.get(MEMORY_LIMIT_ENV, "").strip()
+
+
+_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+def memory_limit_bytes() -> int | None:
+    """``$TRACEQL_MEMORY_LIMIT`` in bytes (None when memory is not capped, or the size is not one DuckDB's syntax
+    gives in these units: DuckDB itself then refuses it)."""
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-z]*)\s*", memory_limit().lower())
+    if not m or m.group(2) not in _UNITS:
+        return None
+    return int(float(m.group(1)) * _UNITS[m.group(2)])
 
 
 def connect() -> duckdb.DuckDBPyConnection:

@@ -43,7 +43,11 @@ BUNDLE_ROWS = 1 << 16  # rows of small devices swept together in one task
 APPEND_ROWS = 1 << 18  # rows of a result assembled and appended to its table at a time
 INFLIGHT_ROWS = 1 << 22  # rows of devices read and not yet swept past which reading waits (while every thread has one)
 WINDOW_ROWS = 1 << 22  # activities of a device swept at a time (a device of more is swept in windows)
-CAPPED_WINDOW_ROWS = 1 << 17  # the same, when memory is capped
+# under a memory cap, a window's activity per this many bytes of the cap: a window in flight holds about 1.2 KiB per
+# activity, and a few are (benchmarks/attribute_bench.py, 10 M kernels under 2 GB: 128 k-activity windows peaked at
+# 3.1 GiB in all, 256 k at 3.4 GiB; docs/performance.md)
+CAPPED_WINDOW_BYTES = 1 << 14
+MIN_WINDOW_ROWS = 1 << 14
 
 
 Columns = dict[str, np.ndarray]
@@ -601,9 +605,12 @@ _EARLIEST, _LATEST = np.iinfo(np.int64).min, np.iinfo(np.int64).max
 
 
 def window_rows() -> int:
-    """The activities of a device swept at a time: ``WINDOW_ROWS``, or ``CAPPED_WINDOW_ROWS`` when memory is capped
-    (``TRACEQL_MEMORY_LIMIT``)."""
-    return CAPPED_WINDOW_ROWS if duck.memory_limit() else WINDOW_ROWS
+    """The activities of a device swept at a time: ``WINDOW_ROWS``; when memory is capped (``TRACEQL_MEMORY_LIMIT``),
+    one per ``CAPPED_WINDOW_BYTES`` of the cap, between ``MIN_WINDOW_ROWS`` and ``WINDOW_ROWS``."""
+    if not duck.memory_limit():
+        return WINDOW_ROWS
+    cap = duck.memory_limit_bytes()
+    return WINDOW_ROWS if cap is None else max(MIN_WINDOW_ROWS, min(WINDOW_ROWS, cap // CAPPED_WINDOW_BYTES))
 
 
 def _alone(sig: np.ndarray, dur: np.ndarray, over: np.ndarray, dram: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
