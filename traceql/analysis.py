@@ -24,10 +24,12 @@ UPSTREAM = ("devices", "_ncu_demand", "_activity_rows", "_signatures", "_activit
 # the reference SQL of the engine's stages, computed once when prepare(sweeps="sql")
 SQL_STAGES = {"_instance_sweeps": ("_activity_steps", "_instance_overlap", "_device_unions", "_metric_samples",
                                    "_instance_metrics", "_activity_dram", "_corunner_dram", "_instance_sweeps")}
-DOWNSTREAM = ("_device_calibration", "kernel_signatures", "instance_predictions", "kernel_attribution",
-              "device_summary")
+# instance_predictions (a row per overlapped instance) is not among them: kernel_attribution is the one view that
+# reads it in prepare, and computing it inline there costs less than keeping it (at 10 M kernels 10.4 s against 11.8 s
+# for these views; docs/performance.md)
+DOWNSTREAM = ("_device_calibration", "kernel_signatures", "kernel_attribution", "device_summary")
 # views that read the baselines: a query that names one of them needs prepare()
-NEEDS_PREPARE = ("_instance_baselines", "_signature_stats", *DOWNSTREAM)
+NEEDS_PREPARE = ("_instance_baselines", "_signature_stats", "instance_predictions", *DOWNSTREAM)
 
 NVTX_GROUPS_SQL = """
 CREATE OR REPLACE VIEW _activity_groups AS
