@@ -202,7 +202,8 @@ def test_innermost_matches_brute_force(ranges, times):
 @example(ranges=[(1, 0, 40, "step", "push_pop"), (1, 10, 20, None, "push_pop")], launched=[(1, 20, "gemm")])
 @example(ranges=[(1, 0, 0, None, "push_pop")], launched=[(1, 0, "gemm")])
 @example(ranges=[(1, 0, 200, "step", "push_pop")], launched=[(1, 5, "gemm"), (1, 5, "gemm"), (1, 5, "gemm")])
-@example(ranges=[(1, 0, 10, "step", "push_pop")], launched=[(1, 5, "gemm"), (1, 6, "gemm"), (1, 7, "gemm"), (1, 10, "gemm")])
+@example(ranges=[(1, 0, 10, "step", "push_pop")],
+         launched=[(1, 5, "gemm"), (1, 6, "gemm"), (1, 7, "gemm"), (1, 10, "gemm")])
 @pytest.mark.parametrize("window", [None, 2])
 def test_occurrence_engine_equals_reference_sql(tmp_path_factory, window, ranges, launched):
     """The launch context of every activity (innermost NVTX range of its thread, its text, the occurrence of its
