@@ -399,3 +399,21 @@ def test_devices_swept_in_windows_equal_the_whole_device(fixture, request, monke
         assert len(windows[table]) == len(whole[table]), table
         for g, w in zip(windows[table], whole[table], strict=True):
             assert all(_same(x, y) for x, y in zip(g, w, strict=True)), (table, g, w)
+
+
+def test_launch_contexts_read_a_few_threads_at_a_time_equal_one_scan(train_ddp_run, monkeypatch):
+    """Under a memory cap, the launch contexts' scan (every launch joined with its API call, sorted by thread) is cut
+    into scans of consecutive threads of a run: with at most 6,000 API calls per scan (a thread with more alone; the
+    trace's threads have 749 to 9,093), every table is that of one scan."""
+    from traceql import engine
+
+    monkeypatch.setenv("TRACEQL_MEMORY_LIMIT", "4GB")
+    whole = _rows(train_ddp_run, "engine")
+    monkeypatch.setattr(engine, "LAUNCH_BYTES", 4 * 10**9 // 6000)
+    con = traceql.connect(train_ddp_run)
+    scans = engine._thread_ranges(con)
+    threads = con.sql("SELECT count(DISTINCT (run_id, global_tid)) FROM runtime_api").fetchall()[0][0]
+    con.close()
+    assert 1 < len(scans) < threads and None not in scans and any(lo != hi for _, lo, hi in scans)
+    split = _rows(train_ddp_run, "engine")
+    assert split["_activity_occurrence"] and split == whole

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from itertools import chain
 from typing import NamedTuple
 
 import duckdb
@@ -529,9 +530,9 @@ def _sweeps(con: duckdb.DuckDBPyConnection) -> None:
         """Each window of activities with its samples, launch contexts and groups (every scan goes by run and
         device, or by run and activity, which is the same order)."""
         for w in _windows(activities, size):
-            own = w.cols["start_ns"][w.own]
+            # the samples of the window's time (a device in one window: all of them)
             lo, hi = (_EARLIEST, _LATEST) if w.span is None else \
-                (int(own[0]), int(np.ma.getdata(w.cols["end_ns"][w.own]).max()))
+                (w.span[0], int(np.ma.getdata(w.cols["end_ns"][w.own]).max()))
             ids = np.ma.getdata(w.cols["activity_id"][w.own])
             yield w.key, {**w.cols, "_own": w.own, "_span": w.span, "_rows": w.rows,
                           "_samples": samples.window(w.key, lo, hi),
@@ -642,9 +643,8 @@ def _alone_medians(con: duckdb.DuckDBPyConnection, size: int, ordered: bool) \
 
     def inputs():
         for w in _windows(activities, size):
-            own = np.ma.getdata(w.cols["start_ns"][w.own])
             hi = int(np.ma.getdata(w.cols["end_ns"][w.own]).max())
-            yield w.key, {**w.cols, "_own": w.own, "_samples": samples.window(w.key, int(own[0]), hi)}
+            yield w.key, {**w.cols, "_own": w.own, "_samples": samples.window(w.key, w.span[0], hi)}
 
     def work(key, a):
         start, end, own = np.ma.getdata(a["start_ns"]), np.ma.getdata(a["end_ns"]), a["_own"]
@@ -744,20 +744,32 @@ def _enclosing(con: duckdb.DuckDBPyConnection, view: str, ranges: str, occurrenc
 
     A thread's ranges are held whole; its launches are read and swept in windows (:func:`window_rows`), and the
     launches of each range instance and signature counted so far are carried from one window to the next."""
-    sql = f"""SELECT run_id, global_tid, 0 AS part, start_ns AS a, end_ns AS b, NULL::UBIGINT AS sig, text
-              FROM nvtx WHERE {ranges} AND start_ns IS NOT NULL AND end_ns IS NOT NULL AND global_tid IS NOT NULL
-              UNION ALL
-              SELECT r.run_id, r.global_tid, 1, r.start_ns, a.activity_id, a.sig, NULL
-              FROM _activity_rows a JOIN runtime_api r
-                ON r.run_id = a.run_id AND r.global_pid = a.global_pid AND r.correlation_id = a.correlation_id
-              WHERE r.global_tid IS NOT NULL AND r.start_ns IS NOT NULL"""
+    def scan(threads: tuple[str, int, int] | None) -> str:
+        def only(alias: str) -> str:  # the threads of this scan
+            if threads is None:
+                return ""
+            run, lo, hi = threads
+            quoted = run.replace("'", "''")
+            return f"AND {alias}run_id = '{quoted}' AND {alias}global_tid BETWEEN {lo} AND {hi}"
+
+        return f"""SELECT run_id, global_tid, 0 AS part, start_ns AS a, end_ns AS b, NULL::UBIGINT AS sig, text
+                   FROM nvtx WHERE {ranges} AND start_ns IS NOT NULL AND end_ns IS NOT NULL AND global_tid IS NOT NULL
+                   {only("")}
+                   UNION ALL
+                   SELECT r.run_id, r.global_tid, 1, r.start_ns, a.activity_id, a.sig, NULL
+                   FROM _activity_rows a JOIN runtime_api r
+                     ON r.run_id = a.run_id AND r.global_pid = a.global_pid AND r.correlation_id = a.correlation_id
+                   WHERE r.global_tid IS NOT NULL AND r.start_ns IS NOT NULL {only("r.")}"""
+
     size = window_rows()
 
     def windows() -> Iterator[tuple[tuple[str, int], Columns]]:
         """Each thread's launches, a piece of the scan at a time, with the thread's ranges (ranges first: part 0, by
         start and text; then launches, by time and activity)."""
         key, found, ranged = None, [], None
-        for k, d in _pieces(con, sql, "part, a, text, b", by="global_tid", batch_rows=min(size, BATCH_ROWS)):
+        for k, d in chain.from_iterable(
+                _pieces(con, scan(threads), "part, a, text, b", by="global_tid", batch_rows=min(size, BATCH_ROWS))
+                for threads in _thread_ranges(con)):
             if k != key:
                 key, found, ranged = k, [], None
             n_ranges = int(np.searchsorted(d["part"], 1))
@@ -817,6 +829,36 @@ def _enclosing(con: duckdb.DuckDBPyConnection, view: str, ranges: str, occurrenc
 
     schema = ENCLOSING_SCHEMA if occurrence else ENCLOSING_SCHEMA.remove(ENCLOSING_SCHEMA.get_field_index("occurrence"))
     return _fill(con, f"_materialized_{view}", counted(), schema, ())
+
+
+def _thread_ranges(con: duckdb.DuckDBPyConnection) -> list[tuple[str, int, int] | None]:
+    """The launch contexts' scan (a join of every launch with its API call, sorted by thread) cut into scans of
+    consecutive threads of a run (run, first thread, last thread), of at most one launch per ``LAUNCH_BYTES`` of a
+    memory cap each (a thread with more is a scan alone); one scan of every thread (None) without a cap or below it.
+    Under a 2 GB cap, DuckDB ran out of memory in that join and sort for 30 M launches at once."""
+    cap = duck.memory_limit_bytes()
+    if not cap:
+        return [None]
+    limit = max(1, cap // LAUNCH_BYTES)
+    counts = con.sql("SELECT run_id, global_tid, count(*) FROM runtime_api WHERE global_tid IS NOT NULL "
+                     "GROUP BY ALL ORDER BY ALL").fetchall()
+    if sum(n for _, _, n in counts) <= limit:
+        return [None]
+    out: list[tuple[str, int, int] | None] = []
+    first, last, rows = None, None, 0
+    for run, tid, n in [*counts, (None, None, 0)]:
+        if first is not None and (run != first[0] or rows + n > limit):
+            out.append((first[0], first[1], last))
+            first, rows = None, 0
+        if run is not None:
+            first = first or (run, tid)
+            last, rows = tid, rows + n
+    return out
+
+
+# under a memory cap, a launch per this many bytes of the cap in one scan of the launch contexts
+# (benchmarks/attribute_bench.py under 2 GB: 10 M launches at once fitted, 30 M did not)
+LAUNCH_BYTES = 1 << 8
 
 
 def _occurrence(con: duckdb.DuckDBPyConnection) -> None:
