@@ -350,6 +350,12 @@ class _Window(NamedTuple):
     span: tuple[int, int | None] | None  # the window's time [lo, hi) (None: the whole device, in one window)
     rows: pa.Table | None  # the rows of its own activities, as they came
 
+    def times(self) -> tuple[int, int]:
+        """The time its samples are needed for: from its first start to its last end (a device in one window: all)."""
+        if self.span is None:
+            return _EARLIEST, _LATEST
+        return self.span[0], int(np.ma.getdata(self.cols["end_ns"][self.own]).max())
+
 
 def _windows(pieces: Iterator[tuple[tuple[str, int], Columns]], size: int) -> Iterator[_Window]:
     """Each device's activities (pieces of consecutive rows, by run and device, in time order) in windows of
@@ -530,12 +536,9 @@ def _sweeps(con: duckdb.DuckDBPyConnection) -> None:
         """Each window of activities with its samples, launch contexts and groups (every scan goes by run and
         device, or by run and activity, which is the same order)."""
         for w in _windows(activities, size):
-            # the samples of the window's time (a device in one window: all of them)
-            lo, hi = (_EARLIEST, _LATEST) if w.span is None else \
-                (w.span[0], int(np.ma.getdata(w.cols["end_ns"][w.own]).max()))
             ids = np.ma.getdata(w.cols["activity_id"][w.own])
             yield w.key, {**w.cols, "_own": w.own, "_span": w.span, "_rows": w.rows,
-                          "_samples": samples.window(w.key, lo, hi),
+                          "_samples": samples.window(w.key, *w.times()),
                           "_occurrence": occurrence.take(w.key[0], ids), "_groups": groups.take(w.key[0], ids)}
 
     def work(key, a):
@@ -643,8 +646,7 @@ def _alone_medians(con: duckdb.DuckDBPyConnection, size: int, ordered: bool) \
 
     def inputs():
         for w in _windows(activities, size):
-            hi = int(np.ma.getdata(w.cols["end_ns"][w.own]).max())
-            yield w.key, {**w.cols, "_own": w.own, "_samples": samples.window(w.key, w.span[0], hi)}
+            yield w.key, {**w.cols, "_own": w.own, "_samples": samples.window(w.key, *w.times())}
 
     def work(key, a):
         start, end, own = np.ma.getdata(a["start_ns"]), np.ma.getdata(a["end_ns"]), a["_own"]

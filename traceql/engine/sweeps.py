@@ -78,10 +78,7 @@ def unions(start: np.ndarray, end: np.ndarray, cls: np.ndarray) -> dict[str, int
     """A device's unions alone (``overlap``'s totals, without the per-activity integrals): time with compute
     running, with communication running, and with both (ns)."""
     b = Boundaries.of(start, end)
-    seg = b.seg
-    comm, compute = b.level(mask=cls == COMM) > 0, b.level(mask=cls == COMPUTE) > 0
-    return {"compute_ns": int(seg[compute].sum()), "comm_ns": int(seg[comm].sum()),
-            "overlap_ns": int(seg[comm & compute].sum())}
+    return _totals(b, b.level(mask=cls == COMM) > 0, b.level(mask=cls == COMPUTE) > 0)
 
 
 @dataclass(frozen=True)
@@ -125,26 +122,19 @@ def overlap(start: np.ndarray, end: np.ndarray, cls: np.ndarray, sm_held: np.nda
         "corunner_sm_ns": np.maximum(0, comm_sm + b.over(b.prefix(sm_comp)) - own_sm),
         "comm_sm_ns": np.maximum(0, comm_sm - np.where(cls == COMM, own_sm, 0)),
     }
-    if span is None:
-        last = -1
-        totals = {
-            "compute_ns": int(p1[COMPUTE][last]),
-            "comm_ns": int(p1[COMM][last]),
-            "overlap_ns": int(b.prefix((n[COMM] > 0) & (n[COMPUTE] > 0))[last]),
-        }
-    else:
-        totals = _totals(b, n[COMM] > 0, n[COMPUTE] > 0, *span)
-    return DeviceOverlap(per, totals, b)
+    return DeviceOverlap(per, _totals(b, n[COMM] > 0, n[COMPUTE] > 0, span), b)
 
 
-def _totals(b: Boundaries, comm: np.ndarray, compute: np.ndarray, lo: int, hi: int | None) -> dict[str, int]:
-    """The unions of ``unions`` within [lo, hi) (hi None: no end), from the levels on each segment."""
-    t = b.t
-    stop = np.empty_like(t)
-    stop[:-1], stop[-1:] = t[1:], t[-1:]  # the end of each segment (the last one is empty)
-    if hi is not None:
-        stop = np.minimum(stop, hi)
-    seg = np.where(t >= lo, np.maximum(stop - t, 0), 0)
+def _totals(b: Boundaries, comm: np.ndarray, compute: np.ndarray, span: tuple[int, int | None] | None = None) \
+        -> dict[str, int]:
+    """Time with compute running, with communication running, and with both (ns), from whether each runs on each
+    segment; within ``span`` only ([lo, hi), hi None: no end), if given."""
+    seg = b.seg
+    if span is not None:
+        lo, hi = span
+        if hi is not None:
+            seg = np.clip(hi - b.t, 0, seg)  # the part of each segment before hi
+        seg = np.where(b.t >= lo, seg, 0)
     return {"compute_ns": int(seg[compute].sum()), "comm_ns": int(seg[comm].sum()),
             "overlap_ns": int(seg[comm & compute].sum())}
 
@@ -168,15 +158,20 @@ def sample_means(ts: np.ndarray, values: np.ndarray, start: np.ndarray, end: np.
         return np.where(k > 0, (cum[..., i1] - cum[..., i0]) / k, around), k
 
 
+def _firsts(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """For rows sorted by (``a``, ``b``): whether each is the first of its (a, b)."""
+    first = np.ones(len(a), dtype=bool)
+    first[1:] = (a[1:] != a[:-1]) | (b[1:] != b[:-1])
+    return first
+
+
 def occurrence(key_a: np.ndarray, key_b: np.ndarray, t: np.ndarray, tiebreak: np.ndarray) -> np.ndarray:
     """For each row, how many rows with the same (``key_a``, ``key_b``) come before it in the order of (``t``,
     ``tiebreak``): SQL's ``row_number() OVER (PARTITION BY key_a, key_b ORDER BY t, tiebreak) - 1`` (the
     launches of a signature before each one in its NVTX range instance)."""
     n = len(t)
     order = np.lexsort((tiebreak, t, key_b, key_a))
-    a, b = key_a[order], key_b[order]
-    first = np.ones(n, dtype=bool)
-    first[1:] = (a[1:] != a[:-1]) | (b[1:] != b[:-1])
+    first = _firsts(key_a[order], key_b[order])
     rank = np.arange(n) - np.maximum.accumulate(np.where(first, np.arange(n), 0))
     out = np.empty(n, dtype=np.int64)
     out[order] = rank
@@ -207,12 +202,22 @@ def innermost(start: np.ndarray, end: np.ndarray, t: np.ndarray, back: np.ndarra
 
 def key_counts(key_a: np.ndarray, key_b: np.ndarray, until: np.ndarray) -> tuple[np.ndarray, ...]:
     """The distinct (``key_a``, ``key_b``), sorted, with the rows of each and the latest ``until`` of each."""
-    if not len(key_a):
-        return key_a, key_b, np.zeros(0, dtype=np.int64), until
-    order = np.lexsort((key_b, key_a))
-    a, b = key_a[order], key_b[order]
-    first = np.flatnonzero(np.r_[True, (a[1:] != a[:-1]) | (b[1:] != b[:-1])])
-    return a[first], b[first], np.diff(np.r_[first, len(a)]), np.maximum.reduceat(until[order], first)
+    return _summed(key_a, key_b, np.ones(len(key_a), dtype=np.int64), until)
+
+
+def merge_counts(x: tuple[np.ndarray, ...], y: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
+    """Two ``key_counts`` results as one: counts summed, the latest ``until`` kept."""
+    return _summed(*(np.concatenate([p, q]) for p, q in zip(x, y, strict=True)))
+
+
+def _summed(a: np.ndarray, b: np.ndarray, n: np.ndarray, until: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Per distinct (``a``, ``b``), sorted: the sum of ``n`` and the latest ``until``."""
+    if not len(a):
+        return a, b, n, until
+    order = np.lexsort((b, a))
+    a, b, n, until = a[order], b[order], n[order], until[order]
+    first = np.flatnonzero(_firsts(a, b))
+    return a[first], b[first], np.add.reduceat(n, first), np.maximum.reduceat(until, first)
 
 
 def counts_before(counted: tuple[np.ndarray, ...], key_a: np.ndarray, key_b: np.ndarray) -> np.ndarray:
@@ -225,25 +230,13 @@ def counts_before(counted: tuple[np.ndarray, ...], key_a: np.ndarray, key_b: np.
     a, b = np.concatenate([c_a, key_a]), np.concatenate([c_b, key_b])
     row = np.r_[np.zeros(m, dtype=bool), np.ones(n, dtype=bool)]
     order = np.lexsort((row, b, a))  # a counted key before the rows of the same key
-    a, b, row, at = a[order], b[order], row[order], order
-    first = np.r_[True, (a[1:] != a[:-1]) | (b[1:] != b[:-1])]
+    first, row = _firsts(a[order], b[order]), row[order]
     group = np.cumsum(first) - 1
-    head = at[first]  # the first of each group: its count if it is a counted key
+    head = order[first]  # the first of each group: its count if it is a counted key
     value = np.where(head < m, c_n[np.minimum(head, m - 1)], 0)
     out = np.zeros(n, dtype=np.int64)
-    out[at[row] - m] = value[group[row]]
+    out[order[row] - m] = value[group[row]]
     return out
-
-
-def merge_counts(x: tuple[np.ndarray, ...], y: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
-    """Two ``key_counts`` results as one: counts summed, the latest ``until`` kept."""
-    a, b, n, until = (np.concatenate([p, q]) for p, q in zip(x, y, strict=True))
-    if not len(a):
-        return a, b, n, until
-    order = np.lexsort((b, a))
-    a, b, n, until = a[order], b[order], n[order], until[order]
-    first = np.flatnonzero(np.r_[True, (a[1:] != a[:-1]) | (b[1:] != b[:-1])])
-    return a[first], b[first], np.add.reduceat(n, first), np.maximum.reduceat(until, first)
 
 
 def previous_greater(v: np.ndarray) -> np.ndarray:
