@@ -55,25 +55,21 @@
 --   link_hi             DOUBLE   link prediction, high
 --   clock_power         BOOLEAN  the clock dropped while the device drew more power than in isolation (NVML)
 --   cache_evidence      VARCHAR  dram_bytes (traffic beyond the alone rates), ncu_working_set (profiles), or NULL
-WITH pool AS (
-    SELECT b.pool_id, median(i.dram_pct) AS dram_iso, median(i.gpc_clock_mhz) AS clock_iso,
-           median(i.power_w) AS power_iso
-    FROM instance_facts i JOIN _instance_baselines b USING (run_id, activity_id)
-    WHERE i.overlap_ns = 0 AND i.dur_ns > 0 GROUP BY b.pool_id
-), inst AS (
+WITH inst AS (
     SELECT i.run_id, i.device_id, i.activity_id, b.group_id, i.activity, i.activity_class, i.dur_ns, b.t0_ns,
            i.samples,
            i.overlap_fraction AS f, i.comm_fraction, i.ctas, i.sm_count AS s_count,
            coalesce(n.ctas_per_sm, i.launch_occupancy) AS occ,
            least(coalesce(i.corunner_sms, 0), i.sm_count) AS held,
-           coalesce(p.dram_iso, n.dram_pct) AS r_v, i.co_dram_pct AS r_c, i.dram_pct AS c_dram,
-           p.clock_iso, i.gpc_clock_mhz AS clock, p.power_iso, i.power_w,
+           coalesce(p.dram_pct_iso, n.dram_pct) AS r_v, i.co_dram_pct AS r_c, i.dram_pct AS c_dram,
+           p.gpc_clock_mhz_iso AS clock_iso, i.gpc_clock_mhz AS clock, p.power_w_iso AS power_iso, i.power_w,
            n.l2_hit_pct, n.working_set_bytes, i.co_working_set_bytes, d.l2_bytes,
            -- the victim's own alone rate is evidently achievable (Nsight Compute's scale may differ a little)
-           greatest(c.dram_sat_pct, coalesce(p.dram_iso, n.dram_pct, 0)) AS sat, c.dram_per_sm_pct AS per_sm,
+           greatest(c.dram_sat_pct, coalesce(p.dram_pct_iso, n.dram_pct, 0)) AS sat, c.dram_per_sm_pct AS per_sm,
            t.memory_bound_frac, t.dram_busy_frac, t.footprint_min_pct, t.cache_extra_min
     FROM instance_facts i JOIN _instance_baselines b USING (run_id, activity_id)
-    LEFT JOIN pool p USING (pool_id)
+    -- the medians over the isolated instances of its pool (traceql.baselines)
+    LEFT JOIN _signature_stats p ON p.group_id = b.group_id
     LEFT JOIN _ncu_demand n ON n.run_id = i.run_id AND n.device_id = i.device_id AND n.sig = i.sig
     LEFT JOIN _device_calibration c ON c.run_id = i.run_id AND c.device_id = i.device_id
     LEFT JOIN devices d ON d.run_id = i.run_id AND d.device_id = i.device_id

@@ -61,14 +61,12 @@
 --   power_w_ovl         DOUBLE   NVML power around overlapped instances (W), median
 --   co_dram_pct         DOUBLE   co-runners' isolated DRAM rate while overlapping (% of peak), time average
 --   co_working_set_bytes DOUBLE  profiled co-runners' working sets while overlapping (bytes), time average
+-- The medians of the rates (*_iso over the isolated instances of the group's pool, *_ovl over its overlapped
+-- instances) are SQL's median of instance_facts' columns, taken by traceql.baselines (_signature_stats), which holds
+-- each pool's instances already: here they would hold every instance's values at once.
 WITH inst AS (
     SELECT i.*, b.group_id, b.pool_id, b.t0_ns AS t0_inst, i.overlap_ns > 0 AS ovl
     FROM instance_facts i JOIN _instance_baselines b USING (run_id, activity_id)
-), isolated AS (
-    -- witnesses of the baseline: the isolated instances of the whole pool, whatever their NVTX group
-    SELECT pool_id, median(dram_pct) AS dram_pct_iso, median(gpc_clock_mhz) AS gpc_clock_mhz_iso,
-           median(cycles) AS cycles_iso, median(sm_active_pct) AS sm_active_pct_iso, median(power_w) AS power_w_iso
-    FROM inst WHERE NOT ovl AND dur_ns > 0 GROUP BY pool_id
 ), agg AS (
     -- the weighted sums are exact (fixed point: 1e-6 of a unit; bytes x ns, up to 1e23, whole), so they do not
     -- depend on the order in which parallel threads add them, without buffering and sorting each group's values
@@ -85,12 +83,6 @@ WITH inst AS (
            (sum((corunner_sms * overlap_ns)::DECIMAL(38, 6)) FILTER (ovl))::DOUBLE / sum(overlap_ns) FILTER (ovl) AS corunner_sms,
            (sum((sm_share * dur_ns)::DECIMAL(38, 6)) FILTER (ovl))::DOUBLE / sum(dur_ns) FILTER (ovl) AS sm_share,
            (sum((comm_sm_share * dur_ns)::DECIMAL(38, 6)) FILTER (ovl))::DOUBLE / sum(dur_ns) FILTER (ovl) AS comm_sm_share,
-           median(dram_pct) FILTER (ovl) AS dram_pct_ovl,
-           median(gpc_clock_mhz) FILTER (ovl) AS gpc_clock_mhz_ovl,
-           median(cycles) FILTER (ovl) AS cycles_ovl,
-           median(sm_active_pct) FILTER (ovl) AS sm_active_pct_ovl,
-           median(nvlink_pct) FILTER (ovl) AS nvlink_pct_ovl, median(pcie_pct) FILTER (ovl) AS pcie_pct_ovl,
-           median(power_w) FILTER (ovl) AS power_w_ovl,
            (sum((co_dram_pct * overlap_ns)::DECIMAL(38, 6)) FILTER (ovl))::DOUBLE / sum(overlap_ns) FILTER (ovl AND co_dram_pct IS NOT NULL)
                AS co_dram_pct,
            (sum((co_working_set_bytes * overlap_ns)::DECIMAL(38, 0)) FILTER (ovl))::DOUBLE
@@ -105,8 +97,7 @@ SELECT s.run_id, s.device_id, s.group_id, s.nvtx, a.activity, a.kind, a.name, a.
        CASE WHEN coalesce(a.comm_ov, 0) + coalesce(a.compute_ov, 0) + coalesce(a.copy_ov, 0) = 0 THEN NULL
             WHEN a.comm_ov >= greatest(a.compute_ov, a.copy_ov) THEN 'comm'
             WHEN a.compute_ov >= a.copy_ov THEN 'compute' ELSE 'copy' END AS corunner_kind,
-       a.corunner_sms, a.sm_share, a.comm_sm_share, i.dram_pct_iso, a.dram_pct_ovl, i.gpc_clock_mhz_iso,
-       a.gpc_clock_mhz_ovl, i.cycles_iso, a.cycles_ovl, i.sm_active_pct_iso, a.sm_active_pct_ovl, a.nvlink_pct_ovl,
-       a.pcie_pct_ovl, i.power_w_iso, a.power_w_ovl, a.co_dram_pct, a.co_working_set_bytes
+       a.corunner_sms, a.sm_share, a.comm_sm_share, s.dram_pct_iso, s.dram_pct_ovl, s.gpc_clock_mhz_iso,
+       s.gpc_clock_mhz_ovl, s.cycles_iso, s.cycles_ovl, s.sm_active_pct_iso, s.sm_active_pct_ovl, s.nvlink_pct_ovl,
+       s.pcie_pct_ovl, s.power_w_iso, s.power_w_ovl, a.co_dram_pct, a.co_working_set_bytes
 FROM _signature_stats s JOIN agg a USING (group_id)
-LEFT JOIN isolated i USING (pool_id)

@@ -183,6 +183,42 @@ def test_attribution_is_the_same_bits_whatever_the_threads(h200x2_store):
 
 
 
+@pytest.mark.parametrize("nvtx", [None, "iter:*"])
+def test_baselines_medians_are_sqls_medians_of_the_facts(h200x2_store, nvtx):
+    """The medians of _signature_stats (taken per pool and group as the baselines hold them) are, to the bit, SQL's
+    medians over instance_facts: per pool over its isolated instances, per group over its overlapped ones (the DDP,
+    FSDP2 and overlap runs on 2 H200s with NVML power; grouped by NVTX iteration, a pool is several groups)."""
+    _assert_sql_medians(h200x2_store, nvtx)
+
+
+def test_baselines_medians_are_sqls_medians_known_cause(known_cause_run):
+    """The same on the known-cause runs, with GPU metrics (DRAM, clock, SMs Active, NVLink, PCIe)."""
+    _assert_sql_medians(known_cause_run)
+
+
+def _assert_sql_medians(run, nvtx: str | None = None) -> None:
+    from traceql.baselines import ISO_MEDIANS, OVL_MEDIANS
+
+    con = traceql.connect(run)
+    if nvtx:
+        analysis.group_by_nvtx(con, nvtx)
+    analysis.prepare(con)
+    iso = ", ".join(f"median({m}) FILTER (overlap_ns = 0 AND dur_ns > 0) OVER (PARTITION BY pool_id)"
+                    for m in ISO_MEDIANS)
+    ovl = ", ".join(f"median({m}) FILTER (overlap_ns > 0) OVER (PARTITION BY group_id)" for m in OVL_MEDIANS)
+    want = con.sql(f"""SELECT DISTINCT group_id, {iso}, {ovl}
+                       FROM instance_facts JOIN _instance_baselines USING (run_id, activity_id)
+                       ORDER BY group_id""").fetchall()
+    cols = ", ".join([f"{m}_iso" for m in ISO_MEDIANS] + [f"{m}_ovl" for m in OVL_MEDIANS])
+    got = con.sql(f"SELECT group_id, {cols} FROM _signature_stats ORDER BY group_id").fetchall()
+    pools = con.sql("SELECT count(DISTINCT pool_id), count(DISTINCT group_id) FROM _instance_baselines").fetchall()
+    con.close()
+    assert got == want
+    assert any(v is not None for row in got for v in row[1:])
+    if nvtx:
+        assert pools[0][1] > pools[0][0]
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 40), st.integers(0, 25)), max_size=14),
        st.lists(st.integers(-2, 70), min_size=1, max_size=12))

@@ -48,6 +48,12 @@ LEVEL = 0.95
 N_BOOT = 500
 MAX_N = 400
 
+# per-instance rates whose medians each group reports: over the isolated instances of its pool (its baseline's
+# witnesses, whatever their NVTX group), and over its own overlapped instances (kernel_signatures' *_iso, *_ovl)
+ISO_MEDIANS = ("dram_pct", "gpc_clock_mhz", "cycles", "sm_active_pct", "power_w")
+OVL_MEDIANS = ("dram_pct", "gpc_clock_mhz", "cycles", "sm_active_pct", "nvlink_pct", "pcie_pct", "power_w")
+RATES = tuple(dict.fromkeys(ISO_MEDIANS + OVL_MEDIANS))
+
 INSTANCE_SCHEMA = pa.schema([
     ("run_id", pa.string()), ("activity_id", pa.int64()), ("group_id", pa.int64()), ("pool_id", pa.int64()),
     ("t0_ns", pa.float64()),
@@ -62,10 +68,11 @@ STATS_SCHEMA = pa.schema([
     ("slowdown_hi", pa.float64()), ("significant", pa.bool_()), ("baseline", pa.string()),
     ("drift_tau", pa.float64()), ("drift_p", pa.float64()), ("drift", pa.float64()), ("baseline_drift", pa.bool_()),
     ("conflated", pa.bool_()), ("note", pa.string()),
+    *((f"{m}_iso", pa.float64()) for m in ISO_MEDIANS), *((f"{m}_ovl", pa.float64()) for m in OVL_MEDIANS),
 ])
 
 FACT_COLUMNS = ("run_id, device_id, nvtx, sig, step_text, step_start_ns, occurrence, activity_id, start_ns, dur_ns, "
-                "overlap_ns")
+                "overlap_ns, " + ", ".join(RATES))
 
 
 @dataclass
@@ -147,13 +154,16 @@ def instances(con: duckdb.DuckDBPyConnection, external: External | None, gpu_nam
         pools = []
         for sub, pool, split, conflated in _split(np.arange(len(sig)), f):
             base = _baseline(pool, f, ext, bool(external and external.replace), conflated)
+            isolated = _medians(f, pool[(f["ovl"][pool] == 0) & (f["dur"][pool] > 0)], ISO_MEDIANS, "_iso")
             nv = f["nvtx"][pool]
             pool_rows = []
             groups = sorted(set(nv), key=lambda v: (v is not None, v or ""))
             for group in groups:
                 idx = pool if len(groups) == 1 else pool[np.equal(nv, group)]  # elementwise, None included
                 key = (run[0], int(dev[0]), group, int(sig[0]), sub)
-                pool_rows.append((_row(-1, key, split, conflated, idx, f, base), idx))
+                row = _row(-1, key, split, conflated, idx, f, base)
+                row.update(isolated, **_medians(f, idx[f["ovl"][idx] > 0], OVL_MEDIANS, "_ovl"))
+                pool_rows.append((row, idx))
             pools.append((pool, pool_rows))
         return pools
 
@@ -270,7 +280,18 @@ def _fact_columns(batch: pa.RecordBatch) -> dict:
         "step": numbers("step_start_ns", -1, np.int64), "start": numbers("start_ns", 0, np.int64),
         "dur": numbers("dur_ns", 0, np.float64), "ovl": numbers("overlap_ns", 0, np.int64),
         "activity_id": numbers("activity_id", 0, np.int64),
+        # each rate, and where it is present: NULL (no sample) is absent, as SQL's median skips it
+        **{m: numbers(m, np.nan, np.float64) for m in RATES},
+        **{f"has_{m}": pc.is_valid(facts[m]).to_numpy(zero_copy_only=False) for m in RATES},
     }
+
+
+def _medians(f: dict, idx: np.ndarray, rates: tuple[str, ...], suffix: str) -> dict:
+    """SQL's ``median`` of each of ``rates`` over the instances ``idx`` (NULLs skipped), as ``{rate}{suffix}``."""
+    out = {}
+    for m in rates:
+        out[m + suffix] = stats.sql_median(f[m][idx[f[f"has_{m}"][idx]]])
+    return out
 
 
 # Launch contexts that say which kind of work an instance of a mixed signature is, most specific first: the same

@@ -100,6 +100,30 @@ def sorted_median(a: np.ndarray) -> float:
     return float(a[k]) if n % 2 else float((a[k - 1] + a[k]) / 2.0)
 
 
+def group_medians(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The median of ``values`` per distinct key (sorted keys, medians), as DuckDB's ``median`` computes it: the
+    middle value, or lo * 0.5 + hi * 0.5 between the two middle ones (lo + (hi - lo) / 2 differs in the last bit)."""
+    if not len(keys):
+        return keys, values
+    order = np.lexsort((values, keys))
+    k, v = keys[order], values[order]
+    first = np.flatnonzero(np.r_[True, k[1:] != k[:-1]])
+    rn = (np.diff(np.r_[first, len(k)]) - 1) * 0.5
+    lo, hi = v[first + np.floor(rn).astype(np.int64)], v[first + np.ceil(rn).astype(np.int64)]
+    return k[first], np.where(rn % 1 == 0, lo, lo * 0.5 + hi * 0.5)
+
+
+def sql_median(values: np.ndarray) -> float | None:
+    """SQL's ``median`` of ``values`` (no NULLs among them), as :func:`group_medians` computes it for one group:
+    None when there are none."""
+    n = values.size
+    if n == 0:
+        return None
+    a = np.sort(values)
+    k = n // 2
+    return float(a[k]) if n % 2 else float(a[k - 1] * 0.5 + a[k] * 0.5)
+
+
 def sorted_quantiles(a: np.ndarray, qs: tuple[float, ...], method: str = "linear") -> list[float]:
     """``np.quantile(a, qs, method=method)`` of a SORTED float array, the same values (numpy's index arithmetic and
     interpolation, in the same float64 operations) without its overhead per call. ``method``: linear or

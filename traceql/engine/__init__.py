@@ -31,7 +31,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .. import duck
+from .. import duck, stats
 from ..duck import usable_cpus
 from ..queries_loader import keep_view, materialize, point_view
 from . import sweeps
@@ -461,19 +461,6 @@ def _text(rows: pa.Table | None, column: str, index: np.ndarray) -> pa.Array | N
     return rows.column(column).combine_chunks().take(pa.array(index, mask=index < 0)).cast(pa.string())
 
 
-def _group_medians(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The median of ``values`` per distinct key (sorted keys, medians), as SQL's ``median`` computes it: the middle
-    value, or lo + (hi - lo) / 2 between the two middle ones."""
-    if not len(keys):
-        return keys, values
-    order = np.lexsort((values, keys))
-    k, v = keys[order], values[order]
-    first = np.flatnonzero(np.r_[True, k[1:] != k[:-1]])
-    rn = (np.diff(np.r_[first, len(k)]) - 1) * 0.5
-    lo, hi = v[first + np.floor(rn).astype(np.int64)], v[first + np.ceil(rn).astype(np.int64)]
-    return k[first], np.where(rn % 1 == 0, lo, lo + (hi - lo) * (rn % 1))
-
-
 def _lookup(keys: np.ndarray, values: np.ndarray, at: np.ndarray) -> np.ndarray:
     """``values`` of the sorted ``keys`` at ``at``, NaN where absent."""
     if not len(keys):
@@ -558,7 +545,7 @@ def _sweeps(con: duckdb.DuckDBPyConnection) -> None:
 
         out.update(_metric_means(a["_samples"], start[own], end[own]))
         # a device in one window: its own activities are all there are, and their DRAM rates give the medians
-        alone = _group_medians(*_alone(sig, dur, over, out["dram_pct"])) if a["_span"] is None else medians[key]
+        alone = stats.group_medians(*_alone(sig, dur, over, out["dram_pct"])) if a["_span"] is None else medians[key]
         rate, ws = _isolated_dram(a, sig, dur, alone, bandwidth, dtod,
                                   demand.get(key, (np.zeros(0, np.uint64), np.zeros(0), np.zeros(0))))
         out["own_dram_pct"], out["working_set_bytes"] = rate[own], ws[own]
@@ -665,7 +652,7 @@ def _alone_medians(con: duckdb.DuckDBPyConnection, size: int, ordered: bool) \
     key, found = None, []  # the device whose windows come, what they found
 
     def medians_of(parts: list[Columns]) -> tuple[np.ndarray, np.ndarray]:
-        return _group_medians(*(np.concatenate([p[c] for p in parts]) for c in ("sig", "dram")))
+        return stats.group_medians(*(np.concatenate([p[c] for p in parts]) for c in ("sig", "dram")))
 
     try:
         for k, got in _map(inputs(), work):
