@@ -1,6 +1,6 @@
 -- kernel_attribution: per (sub-)signature group of GPU activity (kernels of every kind, copies, sets; and NVTX
 -- group): the observed slowdown with its interval, what each contended resource predicts for it (instance_predictions,
--- medians over the overlapped instances), and the class. Predictions combine multiplicatively:
+-- medians over the overlapped instances: _group_predictions), and the class. Predictions combine multiplicatively:
 -- 1 + predicted = (1+sm)(1+dram_bw)(1+cache)(1+clock)(1+link); each factor's part of the predicted slowdown is
 -- predicted·ln(1+p)/ln(1+predicted), so the parts add up to the prediction and residual = slowdown - predicted.
 -- A class needs the observed interval to meet the predicted one (agreement); the factor with at least half the
@@ -97,26 +97,13 @@
 --   co_working_set_bytes DOUBLE   witness: profiled co-runners' working sets while overlapping (bytes)
 --   l2_bytes             BIGINT   witness: the device's L2 size (bytes)
 --   cache_evidence       VARCHAR  cache evidence found: dram_bytes (extra traffic under overlap), ncu_working_set, NULL
-WITH pred AS (
-    SELECT group_id, median(sm_lo) AS sm_lo, median(sm_pt) AS sm_pt, median(sm_hi) AS sm_hi,
-           median(dram_lo) AS dram_lo, median(dram_pt) AS dram_pt, median(dram_hi) AS dram_hi,
-           median(cache_lo) AS cache_lo, median(cache_pt) AS cache_pt, median(cache_hi) AS cache_hi,
-           median(clock_lo) AS clock_lo, median(clock_pt) AS clock_pt, median(clock_hi) AS clock_hi,
-           median(link_lo) AS link_lo, median(link_pt) AS link_pt, median(link_hi) AS link_hi,
-           median(sm_pt / nullif(f, 0)) AS sm_predicted, bool_or(memory_bound) AS memory_bound,
-           median(dram_pct / dram_sat_pct) AS dram_busy, any_value(dram_sat_pct) AS dram_sat_pct,
-           median(extra_bytes_frac) AS extra_bytes_frac, bool_or(footprint) AS footprint,
-           bool_or(clock_power) AS clock_power,
-           CASE WHEN bool_or(cache_evidence = 'dram_bytes') THEN 'dram_bytes'
-                WHEN bool_or(cache_evidence = 'ncu_working_set') THEN 'ncu_working_set' END AS cache_evidence
-    FROM instance_predictions GROUP BY group_id
-), demand AS (
+WITH demand AS (
     SELECT k.*, p.* EXCLUDE (group_id), k.occupancy AS launch_occupancy, coalesce(n.ctas_per_sm, k.occupancy) AS occ,
            CASE WHEN n.ctas_per_sm IS NOT NULL THEN 'ncu' ELSE 'launch' END AS occupancy_source,
            coalesce(n.match, 'unmatched') AS ncu_match, n.ctas_per_sm AS ncu_ctas_per_sm, n.dram_pct AS ncu_dram_pct,
            n.l2_hit_pct AS ncu_l2_hit_pct, n.working_set_bytes AS ncu_working_set_bytes, d.l2_bytes
     FROM kernel_signatures k
-    LEFT JOIN pred p USING (group_id)
+    LEFT JOIN _group_predictions p USING (group_id)
     LEFT JOIN _ncu_demand n ON k.activity = 'kernel' AND n.run_id = k.run_id AND n.device_id = k.device_id
          AND n.name = k.name AND n.grid = k.grid AND n.block = k.block
          AND n.dynamic_smem_bytes IS NOT DISTINCT FROM k.dynamic_smem_bytes

@@ -38,18 +38,26 @@ TABLES = {
     "kernel_attribution": ("group_id", "name", "grid", "n", "t0_ns", "t1_ns", "slowdown", "predicted", "class",
                            "reason"),
     "device_summary": ("device_id", "nvtx", "compute_ns", "comm_ns", "overlap_ns", "compute_slowdown"),
+    "_group_predictions": ("group_id", "sm_lo", "sm_pt", "sm_hi", "dram_lo", "dram_pt", "dram_hi", "cache_lo",
+                           "cache_pt", "cache_hi", "clock_lo", "clock_pt", "clock_hi", "link_lo", "link_pt", "link_hi",
+                           "sm_predicted", "dram_busy", "extra_bytes_frac", "dram_sat_pct", "memory_bound",
+                           "footprint", "clock_power", "cache_evidence"),
 }
 
 
 def _rows(run, sweeps_mode: str) -> dict[str, list[tuple]]:
     con = traceql.connect(run)
     analysis.prepare(con, sweeps=sweeps_mode)
-    out = {}
-    for table, cols in TABLES.items():
-        names = ", ".join(f'"{c}"' for c in cols)
-        out[table] = con.sql(f"SELECT run_id, {names} FROM {table} ORDER BY ALL").fetchall()
+    out = {table: _table_rows(con, table) for table in TABLES}
     con.close()
     return out
+
+
+def _table_rows(con, table: str) -> list[tuple]:
+    """The columns of ``TABLES`` of ``table``, with the run (group ids are global), in order."""
+    names = ", ".join(f'"{c}"' for c in TABLES[table])
+    run = "run_id, " if "run_id" in con.sql(f"SELECT * FROM {table} LIMIT 0").columns else ""
+    return con.sql(f"SELECT {run}{names} FROM {table} ORDER BY ALL").fetchall()
 
 
 def _same(a, b) -> bool:
@@ -339,9 +347,8 @@ def test_a_connection_that_does_not_keep_order_gets_the_same_tables(h200x2_store
     con = traceql.connect(h200x2_store)
     con.execute("SET preserve_insertion_order = false")
     analysis.prepare(con)
-    for table, cols in TABLES.items():
-        names = ", ".join(f'"{c}"' for c in cols)
-        assert con.sql(f"SELECT run_id, {names} FROM {table} ORDER BY ALL").fetchall() == whole[table], table
+    for table in TABLES:
+        assert _table_rows(con, table) == whole[table], table
     con.close()
 
 
@@ -457,3 +464,20 @@ def test_launch_contexts_read_a_few_threads_at_a_time_equal_one_scan(train_ddp_r
     assert 1 < len(scans) < threads and None not in scans and any(lo != hi for _, lo, hi in scans)
     split = _rows(train_ddp_run, "engine")
     assert split["_activity_occurrence"] and split == whole
+
+
+def test_group_medians_read_in_small_batches_equal_one_batch(h200x2_store, monkeypatch):
+    """The medians per group from a scan in batches of 7 rows (groups spanning batches, carried whole to the next)
+    equal those from batches of a million (four runs on 2 GPUs)."""
+    from traceql.engine import medians
+
+    def table() -> list[tuple]:
+        con = traceql.connect(h200x2_store)
+        analysis.prepare(con)
+        rows = _table_rows(con, "_group_predictions")
+        con.close()
+        return rows
+
+    whole = table()
+    monkeypatch.setattr(medians, "BATCH_ROWS", 7)
+    assert table() == whole and len(whole) > 100

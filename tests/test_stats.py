@@ -18,6 +18,7 @@ from traceql.stats import (
     relative_spread,
     scale_interval,
     seed_for,
+    segment_medians,
     slowdown_ci,
     split_modes,
     sql_median,
@@ -363,3 +364,36 @@ def test_sql_median_of_a_pair_that_interpolation_misses():
     lo, hi = 0.027, 8.159
     assert lo + (hi - lo) / 2 != (lo + hi) / 2
     assert sql_median(np.array([hi, lo])) == (lo + hi) / 2
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.lists(st.one_of(st.none(), st.floats(-1e3, 1e3, allow_nan=False), st.just(float("nan"))),
+                         max_size=12), min_size=1, max_size=6),
+       st.sampled_from([1, 3, 256]))
+def test_segment_medians_are_duckdbs(segments, partition_min):
+    """segment_medians gives DuckDB's grouped ``median`` to the bit: NULLs skipped, NaN the largest value, a segment
+    of only NULLs (or none) not found; segments partitioned each and sorted together alike."""
+    import duckdb
+
+    import traceql.stats as s
+
+    rows = [(g, v) for g, seg in enumerate(segments) for v in seg]
+    values = np.array([np.nan if v is None else v for _, v in rows], dtype=np.float64)
+    present = np.array([v is not None for _, v in rows], dtype=bool)
+    starts = np.cumsum([0] + [len(seg) for seg in segments[:-1]])
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t (g BIGINT, v DOUBLE)")
+    if rows:
+        con.executemany("INSERT INTO t VALUES (?, ?)", rows)
+    want = dict(con.execute("SELECT g, median(v) FROM t GROUP BY g").fetchall())
+    saved, s._PARTITION_MIN = s._PARTITION_MIN, partition_min
+    try:
+        medians, found = segment_medians(values, starts, present)
+    finally:
+        s._PARTITION_MIN = saved
+    for g in range(len(segments)):
+        w = want.get(g)
+        if w is None:
+            assert not found[g]
+        else:
+            assert found[g] and (medians[g] == w or (math.isnan(w) and math.isnan(medians[g]))), (g, medians[g], w)

@@ -15,6 +15,7 @@ import re
 import duckdb
 
 from . import baselines, duck, engine
+from .engine import medians
 from .queries_loader import materialize
 
 # computed once, upstream first: each is read by several views downstream; the engine's stages replace theirs.
@@ -24,14 +25,15 @@ UPSTREAM = ("devices", "_ncu_demand", "_activity_rows", "_signatures", "_activit
 # the reference SQL of the engine's stages, computed once when prepare(sweeps="sql")
 SQL_STAGES = {"_instance_sweeps": ("_activity_steps", "_instance_overlap", "_device_unions", "_metric_samples",
                                    "_instance_metrics", "_activity_dram", "_corunner_dram", "_instance_sweeps")}
-DOWNSTREAM = ("_device_calibration", "kernel_signatures", "instance_predictions", "kernel_attribution",
-              "device_summary")
-# kept only under a memory cap: kernel_attribution is the one view that reads instance_predictions (a row per
-# overlapped instance) in prepare, and computing it inline there costs less than keeping it (at 10 M kernels 10.4 s
-# against 11.8 s for these views), but under a 2 GB cap the inline plan ran out of memory where the two steps did not
+DOWNSTREAM = ("_device_calibration", "kernel_signatures", "instance_predictions", "_group_predictions",
+              "kernel_attribution", "device_summary")
+# kept only under a memory cap: _group_predictions is the one view that reads instance_predictions (a row per
+# overlapped instance) in prepare, and computing it inline there costs less than keeping it
 CAPPED_ONLY = ("instance_predictions",)
+# the engine's stages among them (the reference SQL of each is computed when prepare(sweeps="sql"))
+DOWNSTREAM_STAGES = {"_group_predictions": medians.group_predictions}
 # views that read the baselines: a query that names one of them needs prepare()
-NEEDS_PREPARE = ("_instance_baselines", "_signature_stats", *DOWNSTREAM)
+NEEDS_PREPARE = ("_instance_baselines", "_signature_stats", "_prediction_inputs", *DOWNSTREAM)
 
 NVTX_GROUPS_SQL = """
 CREATE OR REPLACE VIEW _activity_groups AS
@@ -84,7 +86,11 @@ def prepare(con: duckdb.DuckDBPyConnection, external: baselines.External | None 
         "SELECT coalesce(max(n), 0) FROM (SELECT count(*) AS n FROM _instance_parts GROUP BY run_id, device_id)"
     ).fetchall()[0][0] <= engine.window_rows()
     baselines.register(con, external, ordered=ordered)
-    materialize(con, tuple(v for v in DOWNSTREAM if duck.memory_limit() or v not in CAPPED_ONLY))
+    for view in DOWNSTREAM:
+        if sweeps == "engine" and view in DOWNSTREAM_STAGES:
+            DOWNSTREAM_STAGES[view](con)
+        elif duck.memory_limit() or view not in CAPPED_ONLY:
+            materialize(con, (view,))
 
 
 def needs_prepare(sql: str) -> bool:

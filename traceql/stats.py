@@ -124,6 +124,35 @@ def sql_median(values: np.ndarray) -> float | None:
     return float(a[k]) if n % 2 else float(a[k - 1] * 0.5 + a[k] * 0.5)
 
 
+# segments at least this long get a partition of their own (linear); shorter ones share one sort (few calls)
+_PARTITION_MIN = 256
+
+
+def segment_medians(values: np.ndarray, starts: np.ndarray, present: np.ndarray | None = None) \
+        -> tuple[np.ndarray, np.ndarray]:
+    """SQL's ``median`` (:func:`group_medians`) of ``values`` within each segment ``[starts[i], starts[i + 1])``
+    (the last to the end), skipping values not ``present`` (NULLs): (medians, found), a median NaN where not found.
+    Long segments are partitioned each (linear, not a sort), short ones sorted together."""
+    if present is not None:
+        keep = np.flatnonzero(present)
+        values, starts = values[keep], np.searchsorted(keep, starts)
+    sizes = np.diff(np.r_[starts, len(values)])
+    medians = np.full(len(starts), np.nan)
+    seg = np.repeat(np.arange(len(starts)), sizes)
+    short = sizes[seg] < _PARTITION_MIN
+    keys, found = group_medians(seg[short], values[short])
+    medians[keys] = found
+    for i in np.flatnonzero(sizes >= _PARTITION_MIN):
+        a, n = starts[i], sizes[i]
+        k = n // 2
+        if n % 2:
+            medians[i] = np.partition(values[a:a + n], k)[k]
+        else:
+            lo, hi = np.partition(values[a:a + n], (k - 1, k))[k - 1:k + 1]
+            medians[i] = lo * 0.5 + hi * 0.5
+    return medians, sizes > 0
+
+
 def sorted_quantiles(a: np.ndarray, qs: tuple[float, ...], method: str = "linear") -> list[float]:
     """``np.quantile(a, qs, method=method)`` of a SORTED float array, the same values (numpy's index arithmetic and
     interpolation, in the same float64 operations) without its overhead per call. ``method``: linear or
