@@ -115,13 +115,15 @@ def group_medians(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.
 
 def sql_median(values: np.ndarray) -> float | None:
     """SQL's ``median`` of ``values`` (no NULLs among them), as :func:`group_medians` computes it for one group:
-    None when there are none."""
+    None when there are none. A partition, not a sort: linear in the values."""
     n = values.size
     if n == 0:
         return None
-    a = np.sort(values)
     k = n // 2
-    return float(a[k]) if n % 2 else float(a[k - 1] * 0.5 + a[k] * 0.5)
+    if n % 2:
+        return float(np.partition(values, k)[k])
+    lo, hi = np.partition(values, (k - 1, k))[k - 1:k + 1]
+    return float(lo * 0.5 + hi * 0.5)
 
 
 # segments at least this long get a partition of their own (linear); shorter ones share one sort (few calls)
@@ -143,13 +145,7 @@ def segment_medians(values: np.ndarray, starts: np.ndarray, present: np.ndarray 
     keys, found = group_medians(seg[short], values[short])
     medians[keys] = found
     for i in np.flatnonzero(sizes >= _PARTITION_MIN):
-        a, n = starts[i], sizes[i]
-        k = n // 2
-        if n % 2:
-            medians[i] = np.partition(values[a:a + n], k)[k]
-        else:
-            lo, hi = np.partition(values[a:a + n], (k - 1, k))[k - 1:k + 1]
-            medians[i] = lo * 0.5 + hi * 0.5
+        medians[i] = sql_median(values[starts[i]:starts[i] + sizes[i]])
     return medians, sizes > 0
 
 
