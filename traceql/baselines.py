@@ -6,8 +6,10 @@ Reads ``instance_facts`` (one row per GPU activity) and writes two tables the SQ
   launch context where the signature's isolated durations are a mixture), the baseline duration ``t0_ns`` it is compared
   with and where that comes from;
 * ``_signature_stats``: per group, t0 and t1 (medians) with distribution-free intervals, the slowdown with a
-  bootstrap interval, significance, baseline drift over time, and whether the group is a mixture that could not
-  be split (excluded from aggregate slowdowns).
+  bootstrap interval, significance, baseline drift over time, whether the group is a mixture that could not
+  be split (excluded from aggregate slowdowns), and the medians of the per-instance rates that ``kernel_signatures``
+  and ``instance_predictions`` report (over the isolated instances of its pool, and over its overlapped instances),
+  taken here because here a pool's instances are together: SQL would hold every instance's values at once.
 
 The constants that decide a class are calibrated on measured traces; ``docs/attribution.md`` says on which.
 Everything is deterministic: groups are processed in sorted order and every random draw is seeded by its group.

@@ -8,7 +8,8 @@ its sorts and cumulative sums).
 Replaced views, with their reference SQL kept in ``queries/`` (the same definitions, evaluated by DuckDB when
 a connection is queried without ``traceql.analysis.prepare``; ``tests/test_engine.py`` compares the two):
 
-- ``_activity_rows``: kept in the order of its activities (by run and activity: each device's together, in time);
+- ``_activity_rows``: numbered as one sorted scan of ``_activity_list`` streams by, and kept in that order (by run
+  and activity: each device's together, in time);
 - ``_instance_sweeps``, in one pass per device over the activity rows in that order (:func:`_sweeps`): the exact
   overlap of each activity by each co-runner class and the co-runners' SM·ns, the GPU-metric means over it, its
   isolated DRAM rate and its co-runners', its launch context and the NVML sample at its midpoint. The pass writes
