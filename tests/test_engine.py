@@ -448,20 +448,48 @@ def test_devices_swept_in_windows_equal_the_whole_device(fixture, request, monke
     _assert_equal(windows, whole)
 
 
-def test_launch_contexts_read_a_few_threads_at_a_time_equal_one_scan(train_ddp_run, monkeypatch):
+@pytest.mark.parametrize("per_scan", [6000, 2000])
+def test_launch_contexts_read_a_few_threads_at_a_time_equal_one_scan(train_ddp_run, monkeypatch, per_scan):
     """Under a memory cap, the launch contexts' scan (every launch joined with its API call, sorted by thread) is cut
-    into scans of consecutive threads of a run: with at most 6,000 API calls per scan (a thread with more alone; the
-    trace's threads have 749 to 9,093), every table is that of one scan."""
+    into scans of consecutive threads of a run, and a thread with more launches than a scan holds into scans of its
+    launch times: with at most 6,000 or 2,000 API calls per scan (the trace's threads have 749 to 9,093), every table
+    is that of one scan."""
     from traceql import engine
 
     monkeypatch.setenv("TRACEQL_MEMORY_LIMIT", "4GB")
     whole = _rows(train_ddp_run, "engine")
-    monkeypatch.setattr(engine, "LAUNCH_BYTES", 4 * 10**9 // 6000)
+    monkeypatch.setattr(engine, "LAUNCH_BYTES", 4 * 10**9 // per_scan)
     con = traceql.connect(train_ddp_run)
-    scans = engine._thread_ranges(con)
+    scans = engine._launch_scans(con)
     threads = con.sql("SELECT count(DISTINCT (run_id, global_tid)) FROM runtime_api").fetchall()[0][0]
     con.close()
-    assert 1 < len(scans) < threads and None not in scans and any(lo != hi for _, lo, hi in scans)
+    assert None not in scans and len(scans) > (1 if per_scan == 6000 else threads)
+    assert any(s.first != s.last for s in scans) == (per_scan == 6000)  # consecutive threads together
+    for prev, s in zip(scans[:-1], scans[1:], strict=True):  # a thread's slices follow each other in time
+        assert (s.after is not None) == (prev.before is not None)
+        if s.after is not None:
+            assert prev.first == prev.last == s.first == s.last and prev.before == s.after
+    assert sum(s.after is not None for s in scans) >= (2 if per_scan == 6000 else 10)
+    split = _rows(train_ddp_run, "engine")
+    assert split["_activity_occurrence"] and split == whole
+
+
+def test_launch_contexts_cut_at_launch_times_equal_one_scan(train_ddp_run, monkeypatch):
+    """A thread's launches cut into scans exactly at launch times (every 500th API call's): a launch at a cut is read
+    once, by the later scan, and every table is that of one scan."""
+    from traceql import engine
+
+    monkeypatch.setenv("TRACEQL_MEMORY_LIMIT", "4GB")
+    whole = _rows(train_ddp_run, "engine")
+    monkeypatch.setattr(engine, "LAUNCH_BYTES", 4 * 10**9 // 2000)
+
+    def at_launches(con, run, tid, parts):
+        times = [t for (t,) in con.execute("SELECT start_ns FROM runtime_api WHERE run_id = $1 AND global_tid = $2 "
+                                           "ORDER BY start_ns", [run, tid]).fetchall()]
+        bounds = [None, *sorted(set(times[500::500])), None]
+        return [engine._LaunchScan(run, tid, tid, a, b) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+
+    monkeypatch.setattr(engine, "_time_slices", at_launches)
     split = _rows(train_ddp_run, "engine")
     assert split["_activity_occurrence"] and split == whole
 

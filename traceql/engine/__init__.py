@@ -760,22 +760,29 @@ def _enclosing(con: duckdb.DuckDBPyConnection, view: str, ranges: str, occurrenc
 
     A thread's ranges are held whole; its launches are read and swept in windows (:func:`window_rows`), and the
     launches of each range instance and signature counted so far are carried from one window to the next."""
-    def scan(threads: tuple[str, int, int] | None) -> str:
+    def scan(part: _LaunchScan | None) -> str:
         def only(alias: str) -> str:  # the threads of this scan
-            if threads is None:
+            if part is None:
                 return ""
-            run, lo, hi = threads
-            quoted = run.replace("'", "''")
-            return f"AND {alias}run_id = '{quoted}' AND {alias}global_tid BETWEEN {lo} AND {hi}"
+            quoted = part.run.replace("'", "''")
+            return f"AND {alias}run_id = '{quoted}' AND {alias}global_tid BETWEEN {part.first} AND {part.last}"
 
+        def times() -> str:  # the launch times of this scan
+            if part is None:
+                return ""
+            return (f"{'' if part.after is None else f'AND r.start_ns >= {part.after}'} "
+                    f"{'' if part.before is None else f'AND r.start_ns < {part.before}'}")
+
+        # a thread's ranges come with its first scan
+        ranged = "" if part is None or part.after is None else "AND false"
         return f"""SELECT run_id, global_tid, 0 AS part, start_ns AS a, end_ns AS b, NULL::UBIGINT AS sig, text
                    FROM nvtx WHERE {ranges} AND start_ns IS NOT NULL AND end_ns IS NOT NULL AND global_tid IS NOT NULL
-                   {only("")}
+                   {only("")} {ranged}
                    UNION ALL
                    SELECT r.run_id, r.global_tid, 1, r.start_ns, a.activity_id, a.sig, NULL
                    FROM _activity_rows a JOIN runtime_api r
                      ON r.run_id = a.run_id AND r.global_pid = a.global_pid AND r.correlation_id = a.correlation_id
-                   WHERE r.global_tid IS NOT NULL AND r.start_ns IS NOT NULL {only("r.")}"""
+                   WHERE r.global_tid IS NOT NULL AND r.start_ns IS NOT NULL {only("r.")} {times()}"""
 
     size = window_rows()
 
@@ -785,7 +792,7 @@ def _enclosing(con: duckdb.DuckDBPyConnection, view: str, ranges: str, occurrenc
         key, found, ranged = None, [], None
         for k, d in chain.from_iterable(
                 _pieces(con, scan(threads), "part, a, text, b", by="global_tid", batch_rows=min(size, BATCH_ROWS))
-                for threads in _thread_ranges(con)):
+                for threads in _launch_scans(con)):
             if k != key:
                 key, found, ranged = k, [], None
             n_ranges = int(np.searchsorted(d["part"], 1))
@@ -847,11 +854,24 @@ def _enclosing(con: duckdb.DuckDBPyConnection, view: str, ranges: str, occurrenc
     return _fill(con, f"_materialized_{view}", counted(), schema, ())
 
 
-def _thread_ranges(con: duckdb.DuckDBPyConnection) -> list[tuple[str, int, int] | None]:
-    """The launch contexts' scan (a join of every launch with its API call, sorted by thread) cut into scans of
-    consecutive threads of a run (run, first thread, last thread), of at most one launch per ``LAUNCH_BYTES`` of a
-    memory cap each (a thread with more is a scan alone); one scan of every thread (None) without a cap or below it.
-    Under a 2 GB cap, DuckDB ran out of memory in that join and sort for 30 M launches at once."""
+class _LaunchScan(NamedTuple):
+    """A part of the launch contexts' scan: the consecutive threads ``first`` to ``last`` of ``run``; or one thread
+    (``first == last``) from the launch time ``after`` (with its first part: None, which reads its ranges too) to
+    ``before`` (None: to its end)."""
+    run: str
+    first: int
+    last: int
+    after: int | None = None
+    before: int | None = None
+
+
+def _launch_scans(con: duckdb.DuckDBPyConnection) -> list[_LaunchScan | None]:
+    """The launch contexts' scan (a join of every launch with its API call, sorted by thread) cut into scans of at
+    most one launch per ``LAUNCH_BYTES`` of a memory cap each: consecutive threads of a run, and a thread with more
+    cut by launch time (at approximate quantiles of its API calls' times: any cut gives the same rows, a scan after
+    another of the same thread going on where it stopped); one scan of every thread (None) without a cap or below it.
+    Under a 2 GB cap, DuckDB ran out of memory in that join and sort for 30 M launches at once; under 1.5 GB, for the
+    12.5 M launches of one thread."""
     cap = duck.memory_limit_bytes()
     if not cap:
         return [None]
@@ -860,20 +880,31 @@ def _thread_ranges(con: duckdb.DuckDBPyConnection) -> list[tuple[str, int, int] 
                      "GROUP BY ALL ORDER BY ALL").fetchall()
     if sum(n for _, _, n in counts) <= limit:
         return [None]
-    out: list[tuple[str, int, int] | None] = []
+    out: list[_LaunchScan | None] = []
     first, last, rows = None, None, 0
     for run, tid, n in [*counts, (None, None, 0)]:
         if first is not None and (run != first[0] or rows + n > limit):
-            out.append((first[0], first[1], last))
+            out.append(_LaunchScan(first[0], first[1], last))
             first, rows = None, 0
-        if run is not None:
+        if run is not None and n > limit:  # a thread alone, in slices of its launch times
+            out.extend(_time_slices(con, run, tid, -(-n // limit)))
+        elif run is not None:
             first = first or (run, tid)
             last, rows = tid, rows + n
     return out
 
 
+def _time_slices(con: duckdb.DuckDBPyConnection, run: str, tid: int, parts: int) -> list[_LaunchScan]:
+    """``parts`` scans of one thread's launches, cut at approximate quantiles of its API calls' times."""
+    [(cuts,)] = con.execute("SELECT approx_quantile(start_ns, $1::FLOAT[]) FROM runtime_api "
+                            "WHERE run_id = $2 AND global_tid = $3",
+                            [[i / parts for i in range(1, parts)], run, tid]).fetchall()
+    bounds = [None, *sorted({int(c) for c in cuts or () if c is not None}), None]
+    return [_LaunchScan(run, tid, tid, a, b) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+
+
 # under a memory cap, a launch per this many bytes of the cap in one scan of the launch contexts
-# (benchmarks/attribute_bench.py under 2 GB: 10 M launches at once fitted, 30 M did not)
+# (benchmarks/attribute_bench.py under 2 GB: 10 M launches at once fitted, 30 M did not; under 1.5 GB, 12.5 M did not)
 LAUNCH_BYTES = 1 << 8
 
 

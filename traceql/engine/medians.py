@@ -1,9 +1,9 @@
 """Medians per group that SQL would take over every instance at once, taken from one scan in group order.
 
-DuckDB's ``median`` is a holistic aggregate: grouped, it holds every value of every group until the end, which
-under a memory cap it cannot spill (kernel_attribution's 18 medians over 15 M overlapped instances ran out of a 2 GB
-cap). Here DuckDB sorts the instances by group (a sort spills) and the medians are taken a few whole groups at a
-time, as :func:`traceql.stats.segment_medians` computes SQL's median, to the bit.
+DuckDB's ``median`` is a holistic aggregate: grouped, it holds every value of every group until the end, which under
+a memory cap it cannot spill (kernel_attribution's 18 medians per group ran out of a 2 GB cap at 30 M kernels). Here
+DuckDB sorts the instances by group (a sort spills) and the medians are taken a few whole groups at a time, as
+:func:`traceql.stats.segment_medians` computes SQL's median, to the bit.
 
 Replaced view, its reference SQL kept in ``queries/`` (``tests/test_engine.py`` compares the two):
 
@@ -75,11 +75,10 @@ def _reduced(t: pa.Table, schema: pa.Schema) -> pa.Table:
             continue
         values = pc.fill_null(column, np.nan).to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
         if name in FIRST:
-            where = np.flatnonzero(present)
-            first = np.searchsorted(where, starts)
-            found = first < len(where)
-            found[found] &= np.r_[where, 0][first[found]] < np.r_[starts[1:], len(ids)][found]
-            out[name] = pa.array(np.where(found, values[np.r_[where, 0][first]], np.nan), mask=~found)
+            where = np.r_[np.flatnonzero(present), len(ids)]  # the rows with a value, then past the end
+            first = where[np.searchsorted(where, starts)]  # each group's first row with a value, if in the group
+            found = first < np.r_[starts[1:], len(ids)]
+            out[name] = pa.array(np.where(found, values[np.minimum(first, len(ids) - 1)], np.nan), mask=~found)
             continue
         medians, found = stats.segment_medians(values, starts, present)
         out[name] = pa.array(medians, mask=~found)
