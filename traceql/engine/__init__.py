@@ -151,13 +151,13 @@ def _fill(con: duckdb.DuckDBPyConnection, table: str, groups: Iterable[tuple[tup
     ``APPEND_ROWS`` rows as the sweeps finish them."""
     def pieces() -> Iterator[pa.Table]:
         piece: list[tuple[tuple[str, int], Columns]] = []
-        rows, size = 0, min(APPEND_ROWS, window_rows())  # under a memory cap, a piece is at most a window
+        rows = 0
         for key, cols in groups:
             n = _size(cols)
-            for a in range(0, max(n, 1), size):  # a device larger than a piece goes in slices
-                piece.append((key, _sliced(cols, a, min(n, a + size)) if n > size else cols))
-                rows += min(n - a, size)
-                if rows >= size:
+            for a in range(0, max(n, 1), APPEND_ROWS):  # a device larger than a piece goes in slices
+                piece.append((key, _sliced(cols, a, min(n, a + APPEND_ROWS)) if n > APPEND_ROWS else cols))
+                rows += min(n - a, APPEND_ROWS)
+                if rows >= APPEND_ROWS:
                     yield _assemble(piece, schema, nan_is_null)
                     piece, rows = [], 0
         if piece:
@@ -295,7 +295,7 @@ def _activity_rows(con: duckdb.DuckDBPyConnection) -> None:
     as it streams by: the reference SQL sorts twice (its window function, then the order it is kept in); at 10 M
     kernels this took 9.1-9.6 s and 4.2 GB against 10.4-10.6 s and 6.1 GB."""
     schema = con.sql("SELECT * FROM _activity_rows LIMIT 0").arrow().schema
-    reader = con.sql(f"SELECT * FROM _activity_list ORDER BY run_id, {ACTIVITY_ORDER}").to_arrow_reader(read_rows())
+    reader = con.sql(f"SELECT * FROM _activity_list ORDER BY run_id, {ACTIVITY_ORDER}").to_arrow_reader(BATCH_ROWS)
     numbered: dict[str, int] = {}  # activities numbered so far, per run
 
     def pieces() -> Iterator[pa.Table]:
@@ -322,7 +322,7 @@ class _Following:
     scan as it reaches them: a merge of two ordered scans, in place of a join on the keys."""
 
     def __init__(self, con: duckdb.DuckDBPyConnection, sql: str):
-        self._reader = con.sql(f"SELECT * FROM ({sql}) ORDER BY run_id, activity_id").to_arrow_reader(read_rows())
+        self._reader = con.sql(f"SELECT * FROM ({sql}) ORDER BY run_id, activity_id").to_arrow_reader(BATCH_ROWS)
         self._segments: list[tuple[str, np.ndarray, pa.Table]] = []  # (run, activity ids, rows), one run each
 
     def _more(self) -> bool:
@@ -544,7 +544,7 @@ def _sweeps(con: duckdb.DuckDBPyConnection) -> None:
                                  FROM _activity_rows""",
                          "activity_id", numbers=("activity_id", "start_ns", "end_ns", "sm_held", "sig", "bytes",
                                                  "_cls", "_kernel"),
-                         rows=True, ordered=ordered, batch_rows=read_rows())
+                         rows=True, ordered=ordered, batch_rows=min(size, BATCH_ROWS))
 
     def inputs() -> Iterator[tuple[tuple[str, int], Columns]]:
         """Each window of activities with its samples, launch contexts and groups (every scan goes by run and
@@ -631,11 +631,6 @@ def window_rows() -> int:
     return WINDOW_ROWS if cap is None else max(MIN_WINDOW_ROWS, min(WINDOW_ROWS, cap // CAPPED_WINDOW_BYTES))
 
 
-def read_rows() -> int:
-    """Rows per batch read from DuckDB: ``BATCH_ROWS``, at most a window's under a memory cap."""
-    return min(window_rows(), BATCH_ROWS)
-
-
 def _alone(sig: np.ndarray, dur: np.ndarray, over: np.ndarray, dram: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The signatures and measured DRAM rates of the activities that ran alone on their device (and were measured)."""
     alone = (over == 0) & (dur > 0) & ~np.isnan(dram)
@@ -661,7 +656,7 @@ def _alone_medians(con: duckdb.DuckDBPyConnection, size: int, ordered: bool) \
     # the activity rows as kept (a join would not keep their order), the other devices' passed over
     activities = ((k, p) for k, p in _pieces(cursors[1], "SELECT run_id, device_id, activity_id, start_ns, end_ns, "
                                                           "sig FROM _activity_rows", "activity_id", ordered=ordered,
-                                             batch_rows=read_rows()) if k in keys)
+                                             batch_rows=min(size, BATCH_ROWS)) if k in keys)
 
     def inputs():
         for w in _windows(activities, size):
@@ -789,12 +784,14 @@ def _enclosing(con: duckdb.DuckDBPyConnection, view: str, ranges: str, occurrenc
                      ON r.run_id = a.run_id AND r.global_pid = a.global_pid AND r.correlation_id = a.correlation_id
                    WHERE r.global_tid IS NOT NULL AND r.start_ns IS NOT NULL {only("r.")} {times()}"""
 
+    size = window_rows()
+
     def windows() -> Iterator[tuple[tuple[str, int], Columns]]:
         """Each thread's launches, a piece of the scan at a time, with the thread's ranges (ranges first: part 0, by
         start and text; then launches, by time and activity)."""
         key, found, ranged = None, [], None
         for k, d in chain.from_iterable(
-                _pieces(con, scan(threads), "part, a, text, b", by="global_tid", batch_rows=read_rows())
+                _pieces(con, scan(threads), "part, a, text, b", by="global_tid", batch_rows=min(size, BATCH_ROWS))
                 for threads in _launch_scans(con)):
             if k != key:
                 key, found, ranged = k, [], None
