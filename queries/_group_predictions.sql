@@ -1,5 +1,5 @@
 -- _group_predictions: per group, the medians over its overlapped instances of what each contended resource predicts
--- (_prediction_inputs), and its witnesses. The engine (traceql.engine) takes these medians from one scan in group
+-- (_prediction_inputs), and its witnesses. The engine (traceql.engine.medians) takes them from one scan in group
 -- order, a few groups at a time, as SQL's median computes them; this SQL is the reference, which holds every
 -- instance's values at once.
 -- columns:
