@@ -774,10 +774,10 @@ def _enclosing(con: duckdb.DuckDBPyConnection, view: str, ranges: str, occurrenc
                     f"{'' if part.before is None else f'AND r.start_ns < {part.before}'}")
 
         # a thread's ranges come with its first scan
-        ranged = "" if part is None or part.after is None else "AND false"
+        later = "" if part is None or part.after is None else "AND false"
         return f"""SELECT run_id, global_tid, 0 AS part, start_ns AS a, end_ns AS b, NULL::UBIGINT AS sig, text
                    FROM nvtx WHERE {ranges} AND start_ns IS NOT NULL AND end_ns IS NOT NULL AND global_tid IS NOT NULL
-                   {only("")} {ranged}
+                   {only("")} {later}
                    UNION ALL
                    SELECT r.run_id, r.global_tid, 1, r.start_ns, a.activity_id, a.sig, NULL
                    FROM _activity_rows a JOIN runtime_api r
