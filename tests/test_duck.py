@@ -87,3 +87,45 @@ def test_prepared_tables_are_seen_by_cursors(train_ddp_run):
     assert temporary == 0
     cur.close()
     con.close()
+
+
+def test_a_table_kept_in_a_file_reads_as_written_and_goes_with_its_connection(tmp_path, monkeypatch):
+    """``duck.keep_file``: the pieces read back in the order written, text given as dictionaries or not, NULLs kept;
+    writing the table again on the connection removes its previous file; the folder goes when the connection does;
+    an unwritable folder is a clear error (exit status 2 at the command line), not a traceback."""
+    import gc
+    import re
+
+    import pyarrow as pa
+
+    from traceql import duck
+    from traceql.errors import BadInputError
+
+    monkeypatch.setattr(duck.tempfile, "tempdir", str(tmp_path))
+    duck._files_folder.cache_clear()
+    schema = pa.schema([("run_id", pa.string()), ("x", pa.int64())])
+    pieces = [pa.table({"run_id": pa.array(["b", "b", "a"]).dictionary_encode(), "x": [3, None, 1]}),
+              pa.table({"run_id": pa.array(["a", "c"]).dictionary_encode(), "x": [7, 2]}),
+              pa.table({"run_id": pa.array(["c"]), "x": pa.array([5])})]
+    con = duck.connect()
+    first = duck.keep_file(con, "t", schema.empty_table(), iter(pieces))
+    assert con.sql(f"SELECT * FROM {first}").fetchall() == [("b", 3), ("b", None), ("a", 1), ("a", 7), ("c", 2),
+                                                            ("c", 5)]
+    old = re.search(r"'(.*)'", first).group(1)
+    again = duck.keep_file(con, "t", schema.empty_table(), iter([]))
+    new = re.search(r"'(.*)'", again).group(1)
+    assert not os.path.exists(old) and os.path.exists(new)
+    assert con.sql(f"SELECT count(*) FROM {again}").fetchall() == [(0,)]
+    assert [c[0] for c in con.sql(f"DESCRIBE SELECT * FROM {again}").fetchall()] == ["run_id", "x"]
+
+    folder = os.path.dirname(new)
+    del con
+    gc.collect()
+    assert not os.path.exists(folder)
+
+    con = duck.connect()
+    with open(os.path.join(duck._files_folder(), f"con-{id(con):x}"), "w"):  # where its folder would go
+        pass
+    with pytest.raises(BadInputError, match="set TMPDIR to a folder with room"):
+        duck.keep_file(con, "t", schema.empty_table(), iter(pieces))
+    duck._files_folder.cache_clear()

@@ -138,17 +138,18 @@ def _columns(table: pa.Table | pa.RecordBatch, skip: tuple[str, ...] = ("run_id"
 
 
 def _publish(con: duckdb.DuckDBPyConnection, view: str, groups: Iterable[tuple[tuple[str, int], Columns]],
-             schema: pa.Schema, nan_is_null: tuple[str, ...] = (), compressed: bool = True) -> None:
+             schema: pa.Schema, nan_is_null: tuple[str, ...] = (), compressed: bool = True,
+             to_file: bool = False) -> None:
     """Store the result as the table that ``view`` now reads (the naming of ``queries_loader.materialize``).
     ``groups``: per (run, device), its columns (numpy, masked where NULL; ``nan_is_null``: NaN is NULL; text as
     Arrow arrays), appended with the run and device of each row as they come (:func:`_fill`)."""
-    point_view(con, view, _fill(con, f"_materialized_{view}", groups, schema, nan_is_null, compressed))
+    point_view(con, view, _fill(con, f"_materialized_{view}", groups, schema, nan_is_null, compressed, to_file))
 
 
 def _fill(con: duckdb.DuckDBPyConnection, table: str, groups: Iterable[tuple[tuple[str, int], Columns]],
-          schema: pa.Schema, nan_is_null: tuple[str, ...], compressed: bool = True) -> str:
-    """A kept table (``duck.keep_pieces``) of ``groups``, assembled and appended in pieces of at least
-    ``APPEND_ROWS`` rows as the sweeps finish them."""
+          schema: pa.Schema, nan_is_null: tuple[str, ...], compressed: bool = True, to_file: bool = False) -> str:
+    """A kept table (``duck.keep_pieces``) of ``groups``, or a file (``duck.keep_file``), assembled and appended in
+    pieces of at least ``APPEND_ROWS`` rows as the sweeps finish them."""
     def pieces() -> Iterator[pa.Table]:
         piece: list[tuple[tuple[str, int], Columns]] = []
         rows = 0
@@ -163,6 +164,8 @@ def _fill(con: duckdb.DuckDBPyConnection, table: str, groups: Iterable[tuple[tup
         if piece:
             yield _assemble(piece, schema, nan_is_null)
 
+    if to_file:
+        return duck.keep_file(con, table, schema.empty_table(), pieces())
     return duck.keep_pieces(con, table, schema.empty_table(), pieces(), compressed)
 
 
@@ -601,12 +604,13 @@ def _sweeps(con: duckdb.DuckDBPyConnection) -> None:
             unions[key] = {k: np.array([v], dtype=np.int64) for k, v in totals.items()}
             yield key, cols
 
-    # the activity rows and what the sweeps give each, in one table: a kept table whose size DuckDB knows (it plans
-    # the joins of the views above by it), uncompressed unless memory is capped (compressing the 2.2 M rows of a
-    # real DDP trace took longer than computing them)
+    # the activity rows and what the sweeps give each, in one table: a Parquet file, whose size DuckDB knows from its
+    # footer (it plans the joins of the views above by it). In memory, the table took 4 GiB uncompressed at 10 M
+    # kernels (compressing it took longer than computing it), and past a cap its appended rows spilled uncompressed:
+    # at 100 M kernels, most of 50 GB spilled, and what ran out of memory under a 1.25 GB cap
     parts = pa.schema([*activity, *SWEPT])
     try:
-        _publish(con, "_instance_parts", done(), parts, nan_is_null=NAN_IS_NULL, compressed=bool(duck.memory_limit()))
+        _publish(con, "_instance_parts", done(), parts, nan_is_null=NAN_IS_NULL, to_file=True)
     finally:
         for c in cursors:
             c.close()
