@@ -91,7 +91,8 @@ def test_prepared_tables_are_seen_by_cursors(train_ddp_run):
 
 def test_a_table_kept_in_a_file_reads_as_written_and_goes_with_its_connection(tmp_path, monkeypatch):
     """``duck.keep_file``: the pieces read back in the order written, text given as dictionaries or not, NULLs kept;
-    writing the table again on the connection removes its previous file; the folder goes when the connection does;
+    writing the table again on the connection removes its previous file, and so does ``drop_file``; the folder (with
+    the files left in it) goes when the connection does;
     an unwritable folder is a clear error (exit status 2 at the command line), not a traceback."""
     import gc
     import re
@@ -118,7 +119,11 @@ def test_a_table_kept_in_a_file_reads_as_written_and_goes_with_its_connection(tm
     assert con.sql(f"SELECT count(*) FROM {again}").fetchall() == [(0,)]
     assert [c[0] for c in con.sql(f"DESCRIBE SELECT * FROM {again}").fetchall()] == ["run_id", "x"]
 
+    duck.drop_file(con, "t")  # once no view reads it
+    assert not os.path.exists(new)
+
     folder = os.path.dirname(new)
+    duck.keep_file(con, "u", schema.empty_table(), iter(pieces))
     del con
     gc.collect()
     assert not os.path.exists(folder)
@@ -129,3 +134,22 @@ def test_a_table_kept_in_a_file_reads_as_written_and_goes_with_its_connection(tm
     with pytest.raises(BadInputError, match="set TMPDIR to a folder with room"):
         duck.keep_file(con, "t", schema.empty_table(), iter(pieces))
     duck._files_folder.cache_clear()
+
+
+def test_prepare_leaves_one_file_per_connection(train_ddp_run):
+    """After ``prepare``, a connection's folder holds the engine's table (``_instance_parts``) and nothing else: the
+    activity rows' file, which the pass read, is gone (a real DDP trace)."""
+    import gc
+
+    import traceql
+    from traceql import analysis, duck
+
+    con = traceql.connect(train_ddp_run)
+    analysis.prepare(con)
+    folder = os.path.join(duck._files_folder(), f"con-{id(con):x}")
+    names = os.listdir(folder)
+    assert len(names) == 1 and names[0].startswith("_materialized__instance_parts-")
+    assert con.sql("SELECT count(*) FROM _activity_rows").fetchall()[0][0] > 1000  # read from the remaining file
+    del con
+    gc.collect()
+    assert not os.path.exists(folder)

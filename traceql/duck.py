@@ -170,7 +170,7 @@ def keep_file(con: duckdb.DuckDBPyConnection, table: str, empty: pa.Table, piece
     try:
         if not os.path.isdir(folder):
             os.makedirs(folder)
-            weakref.finalize(con, shutil.rmtree, folder, ignore_errors=True)
+            weakref.finalize(con, _remove_folder, folder)
         for piece in pieces:
             if out is None:  # the first piece's types (dictionaries for text, where the pieces have them)
                 out = pq.ParquetWriter(path, piece.schema, compression=FILE_COMPRESSION, write_statistics=False)
@@ -196,6 +196,19 @@ def keep_file(con: duckdb.DuckDBPyConnection, table: str, empty: pa.Table, piece
         os.remove(previous)
     _FILES[(folder, table)] = path
     return "read_parquet('{}')".format(path.replace("'", "''"))
+
+
+def drop_file(con: duckdb.DuckDBPyConnection, table: str) -> None:
+    """Remove ``table``'s file on ``con`` (:func:`keep_file`), once no view reads it any more."""
+    path = _FILES.pop((os.path.join(_files_folder(), f"con-{id(con):x}"), table), None)
+    if path is not None and os.path.exists(path):
+        os.remove(path)
+
+
+def _remove_folder(folder: str) -> None:
+    for key in [k for k in _FILES if k[0] == folder]:
+        del _FILES[key]
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 _FILE_NUMBERS = itertools.count()

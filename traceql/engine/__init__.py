@@ -311,7 +311,7 @@ def _activity_rows(con: duckdb.DuckDBPyConnection) -> None:
             yield pa.Table.from_batches([batch]).append_column("activity_id", pa.array(ids)).select(schema.names)
 
     point_view(con, "_activity_rows",
-               duck.keep_pieces(con, "_materialized__activity_rows", schema.empty_table(), pieces()))
+               duck.keep_file(con, "_materialized__activity_rows", schema.empty_table(), pieces()))
 
 
 def _runs_of(keys: np.ndarray) -> list[tuple[int, int]]:
@@ -617,7 +617,7 @@ def _sweeps(con: duckdb.DuckDBPyConnection) -> None:
     _publish(con, "_device_unions", list(unions.items()), UNIONS_SCHEMA)
     # the activity rows are read from it from now on
     con.execute(f"CREATE OR REPLACE VIEW _activity_rows AS SELECT {', '.join(activity.names)} FROM _instance_parts")
-    con.execute(f'DROP TABLE {duck.KEPT}."_materialized__activity_rows"')
+    duck.drop_file(con, "_materialized__activity_rows")
     for view, (columns, where) in PROJECTIONS.items():
         con.execute(f'CREATE OR REPLACE VIEW "{view}" AS SELECT run_id, device_id, {columns} FROM _instance_parts'
                     + (f" WHERE {where}" if where else ""))
