@@ -92,7 +92,7 @@ def test_prepared_tables_are_seen_by_cursors(train_ddp_run):
 def test_a_table_kept_in_a_file_reads_as_written_and_goes_with_its_connection(tmp_path, monkeypatch):
     """``duck.keep_file``: the pieces read back in the order written, text given as dictionaries or not, NULLs kept;
     writing the table again on the connection removes its previous file, and so does ``drop_file``; the folder (with
-    the files left in it) goes when the connection does;
+    the files left in it) goes when the connection does; a forked process has a folder of its own;
     an unwritable folder is a clear error (exit status 2 at the command line), not a traceback."""
     import gc
     import re
@@ -103,7 +103,7 @@ def test_a_table_kept_in_a_file_reads_as_written_and_goes_with_its_connection(tm
     from traceql.errors import BadInputError
 
     monkeypatch.setattr(duck.tempfile, "tempdir", str(tmp_path))
-    duck._files_folder.cache_clear()
+    duck._folder_of.cache_clear()
     schema = pa.schema([("run_id", pa.string()), ("x", pa.int64())])
     pieces = [pa.table({"run_id": pa.array(["b", "b", "a"]).dictionary_encode(), "x": [3, None, 1]}),
               pa.table({"run_id": pa.array(["a", "c"]).dictionary_encode(), "x": [7, 2]}),
@@ -128,12 +128,29 @@ def test_a_table_kept_in_a_file_reads_as_written_and_goes_with_its_connection(tm
     gc.collect()
     assert not os.path.exists(folder)
 
+    # a forked process makes its own folder, and its exit leaves its parent's
+    mine = duck._files_folder()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child
+        try:
+            os.write(write, duck._files_folder().encode())
+            import atexit
+            atexit._run_exitfuncs()
+        finally:
+            os._exit(0)
+    os.close(write)
+    theirs = os.read(read, 4096).decode()
+    os.waitpid(pid, 0)
+    os.close(read)
+    assert theirs and theirs != mine and os.path.isdir(mine) and not os.path.exists(theirs)
+
     con = duck.connect()
     with open(os.path.join(duck._files_folder(), f"con-{id(con):x}"), "w"):  # where its folder would go
         pass
     with pytest.raises(BadInputError, match="set TMPDIR to a folder with room"):
         duck.keep_file(con, "t", schema.empty_table(), iter(pieces))
-    duck._files_folder.cache_clear()
+    duck._folder_of.cache_clear()
 
 
 def test_prepare_leaves_one_file_per_connection(train_ddp_run):

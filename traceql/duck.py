@@ -146,13 +146,23 @@ def keep_pieces(con: duckdb.DuckDBPyConnection, table: str, empty: pa.Table, pie
     return kept
 
 
-@functools.cache
 def _files_folder() -> str:
     """This process's folder for the tables written to files (:func:`keep_file`), removed at exit. Not DuckDB's
-    spill folder: DuckDB removes that one when a database closes."""
-    folder = tempfile.mkdtemp(prefix=f"traceql-tables-{os.getpid()}-")
-    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    spill folder: DuckDB removes that one when a database closes. A process forked from one that made its folder
+    makes its own (a connection's folder is named by the connection's address, which a fork repeats)."""
+    return _folder_of(os.getpid())
+
+
+@functools.cache
+def _folder_of(pid: int) -> str:
+    folder = tempfile.mkdtemp(prefix=f"traceql-tables-{pid}-")
+    atexit.register(_remove_own, folder, pid)
     return folder
+
+
+def _remove_own(folder: str, pid: int) -> None:
+    if os.getpid() == pid:  # not a fork's exit
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def keep_file(con: duckdb.DuckDBPyConnection, table: str, empty: pa.Table, pieces: Iterable[pa.Table]) -> str:
