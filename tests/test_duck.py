@@ -95,7 +95,6 @@ def test_a_table_kept_in_a_file_reads_as_written_and_goes_with_its_connection(tm
     the files left in it) goes when the connection does; a forked process has a folder of its own;
     an unwritable folder is a clear error (exit status 2 at the command line), not a traceback."""
     import gc
-    import re
 
     import pyarrow as pa
 
@@ -112,15 +111,16 @@ def test_a_table_kept_in_a_file_reads_as_written_and_goes_with_its_connection(tm
     first = duck.keep_file(con, "t", schema.empty_table(), iter(pieces))
     assert con.sql(f"SELECT * FROM {first}").fetchall() == [("b", 3), ("b", None), ("a", 1), ("a", 7), ("c", 2),
                                                             ("c", 5)]
-    old = re.search(r"'(.*)'", first).group(1)
+    old = duck.file_of(con, "t")
     again = duck.keep_file(con, "t", schema.empty_table(), iter([]))
-    new = re.search(r"'(.*)'", again).group(1)
+    new = duck.file_of(con, "t")
     assert not os.path.exists(old) and os.path.exists(new)
     assert con.sql(f"SELECT count(*) FROM {again}").fetchall() == [(0,)]
     assert [c[0] for c in con.sql(f"DESCRIBE SELECT * FROM {again}").fetchall()] == ["run_id", "x"]
 
     duck.drop_file(con, "t")  # once no view reads it
-    assert not os.path.exists(new)
+    assert not os.path.exists(new) and duck.file_of(con, "t") is None
+    assert con.sql(f"SELECT count(*) FROM duckdb_views() WHERE database_name = '{duck.KEPT}'").fetchall() == [(0,)]
 
     folder = os.path.dirname(new)
     duck.keep_file(con, "u", schema.empty_table(), iter(pieces))

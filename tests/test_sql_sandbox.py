@@ -59,11 +59,14 @@ def test_sql_cannot_turn_file_access_back_on(overlap_run):
 
 
 def test_sql_reads_every_table_and_view_while_locked(overlap_run):
-    """The lock must not cost users their data: base tables (a streamed one included) and analysis views read."""
+    """The lock must not cost users their data: base tables (a streamed one included) and analysis views read, those
+    over the tables the analysis keeps in files among them (instance facts, activity rows)."""
     rows = query([overlap_run], """
         SELECT (SELECT count(*) FROM kernels) AS k, (SELECT count(DISTINCT metric) FROM gpu_metrics) AS m,
-               (SELECT count(*) FROM kernel_attribution) AS a""").to_pylist()[0]
+               (SELECT count(*) FROM kernel_attribution) AS a, (SELECT count(*) FROM instance_facts) AS f,
+               (SELECT count(*) FROM _activity_rows) AS r""").to_pylist()[0]
     assert rows["k"] > 0 and rows["m"] > 0 and rows["a"] > 0
+    assert rows["f"] == rows["r"] >= rows["k"]
 
 
 def test_sql_allow_files_opts_in(tmp_path, overlap_run):

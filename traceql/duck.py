@@ -167,7 +167,8 @@ def _remove_own(folder: str, pid: int) -> None:
 
 def keep_file(con: duckdb.DuckDBPyConnection, table: str, empty: pa.Table, pieces: Iterable[pa.Table]) -> str:
     """A table of the columns of ``empty`` written to a Parquet file a piece at a time as ``pieces`` yields them, and
-    the expression that reads it (``read_parquet(...)``: in the order written, where the connection keeps order).
+    the name of the kept view that reads it (``read_parquet``: in the order written, where the connection keeps order;
+    cursors see it).
 
     Memory holds a piece; DuckDB reads the file at the pace it needs, and never spills it. A kept table's appended
     rows, by contrast, stay in memory uncompressed until the next checkpoint, which cannot run while ``con``'s cursors
@@ -202,18 +203,40 @@ def keep_file(con: duckdb.DuckDBPyConnection, table: str, empty: pa.Table, piece
                                 "TMPDIR to a folder with room (traceql writes the large tables it computes there)"
                                 ) from None
         raise
+    con.execute(f"ATTACH IF NOT EXISTS ':memory:' AS {KEPT} (COMPRESS)")
+    con.execute(f'CREATE OR REPLACE VIEW {KEPT}."{table}" AS SELECT * FROM read_parquet(?)'.replace(
+        "?", "'{}'".format(path.replace("'", "''"))))
     previous = _FILES.pop((folder, table), None)
     if previous is not None and os.path.exists(previous):
         os.remove(previous)
     _FILES[(folder, table)] = path
-    return "read_parquet('{}')".format(path.replace("'", "''"))
+    return f'{KEPT}."{table}"'
+
+
+def file_of(con: duckdb.DuckDBPyConnection, table: str) -> str | None:
+    """The file of ``table`` on ``con`` (:func:`keep_file`), None if it has none."""
+    return _FILES.get((os.path.join(_files_folder(), f"con-{id(con):x}"), table))
+
+
+def lock_kept_files(con: duckdb.DuckDBPyConnection) -> None:
+    """The tables ``con`` keeps in files (:func:`keep_file`) read as Arrow scans of the same files, which pyarrow
+    opens, not DuckDB: for SQL after DuckDB's own file access is turned off (``store.lock_files``)."""
+    import pyarrow.dataset as ds
+
+    folder = os.path.join(_files_folder(), f"con-{id(con):x}")
+    for (where, table), path in list(_FILES.items()):
+        if where == folder:
+            con.register(f"_file_{table}", ds.dataset(path, format="parquet"))
+            con.execute(f'CREATE OR REPLACE VIEW {KEPT}."{table}" AS SELECT * FROM "_file_{table}"')
 
 
 def drop_file(con: duckdb.DuckDBPyConnection, table: str) -> None:
-    """Remove ``table``'s file on ``con`` (:func:`keep_file`), once no view reads it any more."""
+    """Remove ``table``'s file on ``con`` (:func:`keep_file`), and its view, once no other view reads it."""
     path = _FILES.pop((os.path.join(_files_folder(), f"con-{id(con):x}"), table), None)
-    if path is not None and os.path.exists(path):
-        os.remove(path)
+    if path is not None:
+        con.execute(f'DROP VIEW IF EXISTS {KEPT}."{table}"')
+        if os.path.exists(path):
+            os.remove(path)
 
 
 def _remove_folder(folder: str) -> None:

@@ -533,5 +533,6 @@ def lock_files(con: duckdb.DuckDBPyConnection) -> None:
     for table, paths in rows:
         con.register(f"_files_{table}", ds.dataset(paths, schema=schema.TABLES[table], format="parquet"))
         con.execute(f'CREATE OR REPLACE VIEW "{table}" AS SELECT * FROM "_files_{table}"')
+    duck.lock_kept_files(con)  # the tables analysis.prepare wrote to files
     con.execute("SET enable_external_access = false")
     con.execute("SET lock_configuration = true")
