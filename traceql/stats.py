@@ -102,7 +102,18 @@ def sorted_median(a: np.ndarray) -> float:
 
 def group_medians(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The median of ``values`` per distinct key (sorted keys, medians), as DuckDB's ``median`` computes it: the
-    middle value, or lo * 0.5 + hi * 0.5 between the two middle ones (lo + (hi - lo) / 2 differs in the last bit)."""
+    middle value, or lo * 0.5 + hi * 0.5 between the two middle ones (lo + (hi - lo) / 2 differs in the last bit).
+    The keys are sorted, and each key's values partitioned (:func:`segment_medians`), not sorted."""
+    if not len(keys):
+        return keys, values
+    order = np.argsort(keys)
+    k = keys[order]
+    first = np.flatnonzero(np.r_[True, k[1:] != k[:-1]])
+    return k[first], segment_medians(values[order], first)[0]
+
+
+def _lexsorted_medians(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`group_medians` by one sort of (key, value): for many short groups, where a partition each costs more."""
     if not len(keys):
         return keys, values
     order = np.lexsort((values, keys))
@@ -142,7 +153,7 @@ def segment_medians(values: np.ndarray, starts: np.ndarray, present: np.ndarray 
     medians = np.full(len(starts), np.nan)
     seg = np.repeat(np.arange(len(starts)), sizes)
     short = sizes[seg] < _PARTITION_MIN
-    keys, found = group_medians(seg[short], values[short])
+    keys, found = _lexsorted_medians(seg[short], values[short])
     medians[keys] = found
     for i in np.flatnonzero(sizes >= _PARTITION_MIN):
         medians[i] = sql_median(values[starts[i]:starts[i] + sizes[i]])
