@@ -69,9 +69,9 @@ def prepare(con: duckdb.DuckDBPyConnection, external: baselines.External | None 
 
     ``sweeps="sql"`` evaluates the reference SQL of the engine's stages instead (for comparisons).
     """
-    # the reference's instance facts (a row of 47 columns per activity) stay uncompressed unless memory is capped, as
-    # the engine's _instance_parts do: compressing them took longer than computing them (2.3 s against 1.6 s for the
-    # 2.2 M activities of a real DDP trace)
+    # the reference's instance facts (a row of 47 columns per activity) stay uncompressed unless memory is capped:
+    # compressing them took longer than computing them (2.3 s against 1.6 s for the 2.2 M activities of a real DDP
+    # trace). The engine writes its _instance_parts to a file instead (duck.keep_file)
     plain = () if duck.memory_limit() else ("_instance_facts",)
     for view in UPSTREAM:
         if sweeps == "engine" and view in engine.STAGES:

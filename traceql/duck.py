@@ -204,8 +204,8 @@ def keep_file(con: duckdb.DuckDBPyConnection, table: str, empty: pa.Table, piece
                                 ) from None
         raise
     con.execute(f"ATTACH IF NOT EXISTS ':memory:' AS {KEPT} (COMPRESS)")
-    con.execute(f'CREATE OR REPLACE VIEW {KEPT}."{table}" AS SELECT * FROM read_parquet(?)'.replace(
-        "?", "'{}'".format(path.replace("'", "''"))))
+    literal = "'" + path.replace("'", "''") + "'"  # a view's SQL takes no parameters
+    con.execute(f'CREATE OR REPLACE VIEW {KEPT}."{table}" AS SELECT * FROM read_parquet({literal})')
     previous = _FILES.pop((folder, table), None)
     if previous is not None and os.path.exists(previous):
         os.remove(previous)
