@@ -89,41 +89,56 @@ def test_prepared_tables_are_seen_by_cursors(train_ddp_run):
     con.close()
 
 
-def test_a_table_kept_in_a_file_reads_as_written_and_goes_with_its_connection(tmp_path, monkeypatch):
+def test_a_table_kept_in_a_file_reads_as_written_and_goes_with_its_connection(tmp_path, monkeypatch, capsys):
     """``duck.keep_file``: the pieces read back in the order written, text given as dictionaries or not, NULLs kept;
-    writing the table again on the connection removes its previous file, and so does ``drop_file``; the folder (with
-    the files left in it) goes when the connection does; a forked process has a folder of its own;
-    an unwritable folder is a clear error (exit status 2 at the command line), not a traceback."""
+    a table shorter than ``FILE_MIN_ROWS`` is kept in memory; writing the table again on the connection removes its
+    previous file or table, and so does ``drop_file``; the folder (with the files left in it) goes when the connection
+    does; a forked process has a folder of its own; where no file can be made, the table is kept in memory, with a
+    note."""
     import gc
 
     import pyarrow as pa
 
     from traceql import duck
-    from traceql.errors import BadInputError
 
     monkeypatch.setattr(duck.tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(duck, "FILE_MIN_ROWS", 1)
     duck._folder_of.cache_clear()
     schema = pa.schema([("run_id", pa.string()), ("x", pa.int64())])
     pieces = [pa.table({"run_id": pa.array(["b", "b", "a"]).dictionary_encode(), "x": [3, None, 1]}),
               pa.table({"run_id": pa.array(["a", "c"]).dictionary_encode(), "x": [7, 2]}),
               pa.table({"run_id": pa.array(["c"]), "x": pa.array([5])})]
+    rows = [("b", 3), ("b", None), ("a", 1), ("a", 7), ("c", 2), ("c", 5)]
+
+    def kept(con) -> list[tuple[str, str]]:
+        return con.sql(f"SELECT 'view', view_name FROM duckdb_views() WHERE database_name = '{duck.KEPT}' UNION ALL "
+                       f"SELECT 'table', table_name FROM duckdb_tables() WHERE database_name = '{duck.KEPT}' "
+                       "ORDER BY ALL").fetchall()
+
     con = duck.connect()
     first = duck.keep_file(con, "t", schema.empty_table(), iter(pieces))
-    assert con.sql(f"SELECT * FROM {first}").fetchall() == [("b", 3), ("b", None), ("a", 1), ("a", 7), ("c", 2),
-                                                            ("c", 5)]
+    assert con.sql(f"SELECT * FROM {first}").fetchall() == rows
     old = duck.file_of(con, "t")
-    again = duck.keep_file(con, "t", schema.empty_table(), iter([]))
-    new = duck.file_of(con, "t")
-    assert not os.path.exists(old) and os.path.exists(new)
+    assert os.path.exists(old) and kept(con) == [("view", "t")]
+    again = duck.keep_file(con, "t", schema.empty_table(), iter([]))  # no rows: in memory
+    assert not os.path.exists(old) and duck.file_of(con, "t") is None and kept(con) == [("table", "t")]
     assert con.sql(f"SELECT count(*) FROM {again}").fetchall() == [(0,)]
     assert [c[0] for c in con.sql(f"DESCRIBE SELECT * FROM {again}").fetchall()] == ["run_id", "x"]
+    duck.keep_file(con, "t", schema.empty_table(), iter(pieces))  # a file again, in place of the table
+    new = duck.file_of(con, "t")
+    assert os.path.exists(new) and kept(con) == [("view", "t")]
 
     duck.drop_file(con, "t")  # once no view reads it
-    assert not os.path.exists(new) and duck.file_of(con, "t") is None
-    assert con.sql(f"SELECT count(*) FROM duckdb_views() WHERE database_name = '{duck.KEPT}'").fetchall() == [(0,)]
+    assert not os.path.exists(new) and duck.file_of(con, "t") is None and kept(con) == []
+
+    monkeypatch.setattr(duck, "FILE_MIN_ROWS", 7)  # one more than the pieces' rows: in memory
+    small = duck.keep_file(con, "s", schema.empty_table(), iter(pieces))
+    assert duck.file_of(con, "s") is None and con.sql(f"SELECT * FROM {small}").fetchall() == rows
+    monkeypatch.setattr(duck, "FILE_MIN_ROWS", 6)
+    duck.keep_file(con, "s", schema.empty_table(), iter(pieces))
+    assert duck.file_of(con, "s") is not None and kept(con) == [("view", "s")]
 
     folder = os.path.dirname(new)
-    duck.keep_file(con, "u", schema.empty_table(), iter(pieces))
     del con
     gc.collect()
     assert not os.path.exists(folder)
@@ -148,19 +163,47 @@ def test_a_table_kept_in_a_file_reads_as_written_and_goes_with_its_connection(tm
     con = duck.connect()
     with open(os.path.join(duck._files_folder(), f"con-{id(con):x}"), "w"):  # where its folder would go
         pass
-    with pytest.raises(BadInputError, match="set TMPDIR to a folder with room"):
-        duck.keep_file(con, "t", schema.empty_table(), iter(pieces))
+    capsys.readouterr()
+    fallback = duck.keep_file(con, "t", schema.empty_table(), iter(pieces))
+    assert con.sql(f"SELECT * FROM {fallback}").fetchall() == rows and duck.file_of(con, "t") is None
+    err = capsys.readouterr().err
+    assert "keeping t in memory" in err and "set TMPDIR to a folder with room" in err
     duck._folder_of.cache_clear()
 
 
-def test_prepare_leaves_one_file_per_connection(train_ddp_run):
+def test_a_file_that_fails_mid_table_is_a_clear_error(tmp_path):
+    """The first pieces written, a later one past the process's file size limit (``ulimit -f``): exit status 2
+    at the command line (``BadInputError``), naming the limit, and no file left behind."""
+    script = f"""
+import os, resource, sys, tempfile
+import numpy as np, pyarrow as pa
+tempfile.tempdir = {str(tmp_path)!r}
+from traceql import duck
+from traceql.errors import BadInputError
+duck.FILE_MIN_ROWS = 1
+resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 16, 1 << 16))
+pieces = [pa.table({{"x": np.arange(10)}}), pa.table({{"x": np.random.default_rng(0).integers(0, 1 << 62, 1 << 20)}})]
+try:
+    duck.keep_file(duck.connect(), "t", pieces[0].schema.empty_table(), iter(pieces))
+except BadInputError as exc:
+    print(exc)
+    sys.exit(2)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert "traceql's table t: cannot write in" in done.stdout and "ulimit -f" in done.stdout, done.stdout
+    assert not [p for p in tmp_path.rglob("*.parquet")]
+
+
+def test_prepare_leaves_one_file_per_connection(train_ddp_run, monkeypatch):
     """After ``prepare``, a connection's folder holds the engine's table (``_instance_parts``) and nothing else: the
-    activity rows' file, which the pass read, is gone (a real DDP trace)."""
+    activity rows' file, which the pass read, is gone (a real DDP trace, its tables in files whatever their size)."""
     import gc
 
     import traceql
     from traceql import analysis, duck
 
+    monkeypatch.setattr(duck, "FILE_MIN_ROWS", 1)
     con = traceql.connect(train_ddp_run)
     analysis.prepare(con)
     folder = os.path.join(duck._files_folder(), f"con-{id(con):x}")

@@ -18,8 +18,15 @@ from hypothesis import strategies as st
 from test_intervals_property import KINDS, S, _reference, activity
 
 import traceql
-from traceql import analysis
+from traceql import analysis, duck
 from traceql.engine import SWEPT, sweeps
+
+
+@pytest.fixture(autouse=True)
+def _tables_in_files(monkeypatch):
+    """The engine's largest tables go to files whatever their size here (``duck.FILE_MIN_ROWS``): the bundled traces
+    are smaller than the size past which they would, and the rest of the suite reads them kept in memory."""
+    monkeypatch.setattr(duck, "FILE_MIN_ROWS", 1)
 
 TABLES = {
     "_instance_overlap": ("activity_id", "comm_overlap_ns", "compute_overlap_ns", "copy_overlap_ns", "overlap_ns",

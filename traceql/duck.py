@@ -9,11 +9,14 @@ follow the affinity; every connection traceql opens does too.
 from __future__ import annotations
 
 import atexit
+import contextlib
+import errno
 import functools
 import itertools
 import os
 import re
 import shutil
+import sys
 import tempfile
 import weakref
 from collections.abc import Iterable
@@ -174,7 +177,21 @@ def keep_file(con: duckdb.DuckDBPyConnection, table: str, empty: pa.Table, piece
     rows, by contrast, stay in memory uncompressed until the next checkpoint, which cannot run while ``con``'s cursors
     read, and spill uncompressed past a cap. The file is in a folder of ``con``'s under the system's temporary
     directory (``TMPDIR``), removed when ``con`` is, or at exit; the table's previous file on ``con``, if any, is
-    removed once this one is written (the caller points its view here at once)."""
+    removed once this one is written (the caller points its view here at once).
+
+    A table of fewer than ``FILE_MIN_ROWS`` rows is kept in memory instead (:func:`keep_pieces`), and so is one whose
+    file cannot be made or begun (a full, read-only or size-limited ``TMPDIR``: said on stderr). A file that fails
+    later, mid-table, is an error that says so (exit status 2)."""
+    pieces = iter(pieces)
+    head: list[pa.Table] = []  # the pieces read before the table is known to be large
+    rows = 0
+    for piece in pieces:
+        head.append(piece)
+        rows += piece.num_rows
+        if rows >= FILE_MIN_ROWS:
+            break
+    else:
+        return _keep_in_memory(con, table, empty, head)
     folder = os.path.join(_files_folder(), f"con-{id(con):x}")
     path = os.path.join(folder, f"{table}-{next(_FILE_NUMBERS)}.parquet")
     out = None
@@ -182,35 +199,78 @@ def keep_file(con: duckdb.DuckDBPyConnection, table: str, empty: pa.Table, piece
         if not os.path.isdir(folder):
             os.makedirs(folder)
             weakref.finalize(con, _remove_folder, folder)
+        # text columns as dictionaries, where the first piece has them
+        out = pq.ParquetWriter(path, head[0].schema, compression=FILE_COMPRESSION, write_statistics=False,
+                               use_dictionary=[f.name for f in head[0].schema if _is_text(f.type)])
+        for piece in head:
+            _write(out, piece)
+    except OSError as exc:  # no file can be made here: the table stays in memory
+        _discard(out, path)
+        print(f"traceql: note: {_why_not(folder, exc)}; keeping {table} in memory", file=sys.stderr)
+        return _keep_in_memory(con, table, empty, itertools.chain(head, pieces))
+    except BaseException:
+        _discard(out, path)
+        raise
+    head = []
+    try:
         for piece in pieces:
-            if out is None:  # the first piece's types (dictionaries for text, where the pieces have them)
-                out = pq.ParquetWriter(path, piece.schema, compression=FILE_COMPRESSION, write_statistics=False,
-                                       use_dictionary=[f.name for f in piece.schema if _is_text(f.type)])
-            elif not piece.schema.equals(out.schema):
-                piece = piece.cast(out.schema)
-            out.write_table(piece, row_group_size=max(piece.num_rows, 1))
-        if out is None:
-            pq.write_table(empty, path)
-        else:
-            out.close()
+            _write(out, piece)
+        out.close()
     except BaseException as exc:
-        if out is not None:
-            out.close()
-        if os.path.isfile(path):
-            os.remove(path)
+        _discard(out, path)
         if isinstance(exc, OSError):
-            raise BadInputError(f"cannot write traceql's table {table} to {folder}: {exc.strerror or exc}; set "
-                                "TMPDIR to a folder with room (traceql writes the large tables it computes there)"
-                                ) from None
+            raise BadInputError(f"traceql's table {table}: {_why_not(folder, exc)}") from None
         raise
     con.execute(f"ATTACH IF NOT EXISTS ':memory:' AS {KEPT} (COMPRESS)")
+    _drop_kept(con, table)
     literal = "'" + path.replace("'", "''") + "'"  # a view's SQL takes no parameters
     con.execute(f'CREATE OR REPLACE VIEW {KEPT}."{table}" AS SELECT * FROM read_parquet({literal})')
-    previous = _FILES.pop((folder, table), None)
-    if previous is not None and os.path.exists(previous):
-        os.remove(previous)
     _FILES[(folder, table)] = path
     return f'{KEPT}."{table}"'
+
+
+def _write(out: pq.ParquetWriter, piece: pa.Table) -> None:
+    if not piece.schema.equals(out.schema):
+        piece = piece.cast(out.schema)
+    out.write_table(piece, row_group_size=max(piece.num_rows, 1))
+
+
+def _discard(out: pq.ParquetWriter | None, path: str) -> None:
+    """Close and remove a file not written to its end."""
+    if out is not None:
+        with contextlib.suppress(OSError):
+            out.close()
+    with contextlib.suppress(OSError):
+        os.remove(path)
+
+
+def _why_not(folder: str, exc: OSError) -> str:
+    """Why a file of ``folder`` could not be written, and what to do."""
+    code = exc.errno
+    if code is None:  # pyarrow's errors give the code in their text
+        found = re.search(r"\[errno (\d+)\]", str(exc))
+        code = int(found.group(1)) if found else None
+    hint = {errno.EFBIG: "the file exceeds the size limit of this process (ulimit -f): raise it, or"}.get(code, "")
+    why = (exc.strerror or str(exc)).splitlines()[0]
+    return (f"cannot write in {folder} ({why}); {hint or 'free space there, or'} set TMPDIR to a folder with room "
+            "(traceql writes the large tables it computes there)")
+
+
+def _keep_in_memory(con: duckdb.DuckDBPyConnection, table: str, empty: pa.Table, pieces: Iterable[pa.Table]) -> str:
+    _drop_kept(con, table)
+    return keep_pieces(con, table, empty, pieces)
+
+
+def _drop_kept(con: duckdb.DuckDBPyConnection, table: str) -> None:
+    """Drop ``table`` of the kept database, a view of a file (and the file) or a table in memory, if there is one."""
+    path = _FILES.pop((os.path.join(_files_folder(), f"con-{id(con):x}"), table), None)
+    kinds = con.execute("SELECT 'VIEW' FROM duckdb_views() WHERE database_name = ? AND view_name = ? UNION ALL "
+                        "SELECT 'TABLE' FROM duckdb_tables() WHERE database_name = ? AND table_name = ?",
+                        [KEPT, table, KEPT, table]).fetchall()
+    for (kind,) in kinds:
+        con.execute(f'DROP {kind} {KEPT}."{table}"')
+    if path is not None and os.path.exists(path):
+        os.remove(path)
 
 
 def file_of(con: duckdb.DuckDBPyConnection, table: str) -> str | None:
@@ -231,12 +291,8 @@ def lock_kept_files(con: duckdb.DuckDBPyConnection) -> None:
 
 
 def drop_file(con: duckdb.DuckDBPyConnection, table: str) -> None:
-    """Remove ``table``'s file on ``con`` (:func:`keep_file`), and its view, once no other view reads it."""
-    path = _FILES.pop((os.path.join(_files_folder(), f"con-{id(con):x}"), table), None)
-    if path is not None:
-        con.execute(f'DROP VIEW IF EXISTS {KEPT}."{table}"')
-        if os.path.exists(path):
-            os.remove(path)
+    """Drop ``table`` (:func:`keep_file`: its view and file, or its table in memory) once no other view reads it."""
+    _drop_kept(con, table)
 
 
 def _remove_folder(folder: str) -> None:
@@ -251,6 +307,8 @@ _FILES: dict[tuple[str, str], str] = {}  # (a connection's folder, table): its f
 # with zstd and dictionaries for every column (pyarrow's default; 0.84 s with zstd and dictionaries for text, 0.45 s
 # uncompressed), for 64 MiB of file (42 MiB; 33 MiB; 224 MiB). 2-core machine, the 1 M-kernel benchmark store.
 FILE_COMPRESSION = "lz4"
+# a table shorter than this stays in memory: its file would save little memory, and cost a file per connection
+FILE_MIN_ROWS = CHECKPOINT_ROWS
 
 
 def _is_text(t: pa.DataType) -> bool:
