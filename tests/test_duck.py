@@ -168,6 +168,11 @@ def test_a_table_kept_in_a_file_reads_as_written_and_goes_with_its_connection(tm
     assert con.sql(f"SELECT * FROM {fallback}").fetchall() == rows and duck.file_of(con, "t") is None
     err = capsys.readouterr().err
     assert "keeping t in memory" in err and "set TMPDIR to a folder with room" in err
+    # pieces that stream from a query on the same connection, as the engine's do: the fallback does not close it
+    con.execute("CREATE TABLE src AS SELECT (i % 3)::VARCHAR AS run_id, i AS x FROM range(5000) t(i)")
+    reader = con.sql("SELECT * FROM src ORDER BY x").to_arrow_reader(1000)
+    streamed = duck.keep_file(con, "u", schema.empty_table(), (pa.Table.from_batches([b]) for b in reader))
+    assert con.sql(f"SELECT count(*), sum(x) FROM {streamed}").fetchall() == [(5000, sum(range(5000)))]
     duck._folder_of.cache_clear()
 
 

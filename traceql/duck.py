@@ -262,13 +262,18 @@ def _keep_in_memory(con: duckdb.DuckDBPyConnection, table: str, empty: pa.Table,
 
 
 def _drop_kept(con: duckdb.DuckDBPyConnection, table: str) -> None:
-    """Drop ``table`` of the kept database, a view of a file (and the file) or a table in memory, if there is one."""
+    """Drop ``table`` of the kept database, a view of a file (and the file) or a table in memory, if there is one.
+    Through a cursor: a stream that reads on ``con`` may be under way (a statement on ``con`` would close it)."""
     path = _FILES.pop((os.path.join(_files_folder(), f"con-{id(con):x}"), table), None)
-    kinds = con.execute("SELECT 'VIEW' FROM duckdb_views() WHERE database_name = ? AND view_name = ? UNION ALL "
-                        "SELECT 'TABLE' FROM duckdb_tables() WHERE database_name = ? AND table_name = ?",
-                        [KEPT, table, KEPT, table]).fetchall()
-    for (kind,) in kinds:
-        con.execute(f'DROP {kind} {KEPT}."{table}"')
+    cur = con.cursor()
+    try:
+        kinds = cur.execute("SELECT 'VIEW' FROM duckdb_views() WHERE database_name = ? AND view_name = ? UNION ALL "
+                            "SELECT 'TABLE' FROM duckdb_tables() WHERE database_name = ? AND table_name = ?",
+                            [KEPT, table, KEPT, table]).fetchall()
+        for (kind,) in kinds:
+            cur.execute(f'DROP {kind} {KEPT}."{table}"')
+    finally:
+        cur.close()
     if path is not None and os.path.exists(path):
         os.remove(path)
 
