@@ -161,7 +161,7 @@ def test_a_table_kept_in_a_file_reads_as_written_and_goes_with_its_connection(tm
     assert theirs and theirs != mine and os.path.isdir(mine) and not os.path.exists(theirs)
 
     con = duck.connect()
-    with open(os.path.join(duck._files_folder(), f"con-{id(con):x}"), "w"):  # where its folder would go
+    with open(duck._con_folder(con), "w"):  # where its folder would go
         pass
     capsys.readouterr()
     fallback = duck.keep_file(con, "t", schema.empty_table(), iter(pieces))
@@ -211,7 +211,7 @@ def test_prepare_leaves_one_file_per_connection(train_ddp_run, monkeypatch):
     monkeypatch.setattr(duck, "FILE_MIN_ROWS", 1)
     con = traceql.connect(train_ddp_run)
     analysis.prepare(con)
-    folder = os.path.join(duck._files_folder(), f"con-{id(con):x}")
+    folder = duck._con_folder(con)
     names = os.listdir(folder)
     assert len(names) == 1 and names[0].startswith("_materialized__instance_parts-")
     assert con.sql("SELECT count(*) FROM _activity_rows").fetchall()[0][0] > 1000  # read from the remaining file

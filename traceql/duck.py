@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import errno
 import functools
 import itertools
 import os
@@ -26,6 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .errors import BadInputError
+from .output import room_hint
 
 
 def usable_cpus() -> int:
@@ -125,8 +125,7 @@ def keep(con: duckdb.DuckDBPyConnection, table: str, select: str, data: pa.Table
     return f'{database}."{table}"'
 
 
-def keep_pieces(con: duckdb.DuckDBPyConnection, table: str, empty: pa.Table, pieces: Iterable[pa.Table],
-                compressed: bool = True) -> str:
+def keep_pieces(con: duckdb.DuckDBPyConnection, table: str, empty: pa.Table, pieces: Iterable[pa.Table]) -> str:
     """A kept table (:func:`keep`) of the columns of ``empty``, appended a piece at a time as ``pieces`` yields them,
     so that memory holds a piece and DuckDB's table (which it can spill), not the whole result twice. The appends go
     through a cursor: ``pieces`` may be computed from a stream that reads on ``con``, which a statement on ``con``
@@ -134,7 +133,7 @@ def keep_pieces(con: duckdb.DuckDBPyConnection, table: str, empty: pa.Table, pie
     cur = con.cursor()
     rows = 0
     try:
-        kept = keep(cur, table, "SELECT * FROM _input", empty, compressed, checkpoint=False)
+        kept = keep(cur, table, "SELECT * FROM _input", empty, checkpoint=False)
         for piece in pieces:
             cur.register("_input", piece)
             try:
@@ -144,7 +143,7 @@ def keep_pieces(con: duckdb.DuckDBPyConnection, table: str, empty: pa.Table, pie
             rows += piece.num_rows
     finally:
         cur.close()
-    if compressed and rows >= CHECKPOINT_ROWS:
+    if rows >= CHECKPOINT_ROWS:
         _compress(con)
     return kept
 
@@ -166,6 +165,11 @@ def _folder_of(pid: int) -> str:
 def _remove_own(folder: str, pid: int) -> None:
     if os.getpid() == pid:  # not a fork's exit
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def _con_folder(con: duckdb.DuckDBPyConnection) -> str:
+    """``con``'s folder of files (:func:`keep_file`), named by its address."""
+    return os.path.join(_files_folder(), f"con-{id(con):x}")
 
 
 def keep_file(con: duckdb.DuckDBPyConnection, table: str, empty: pa.Table, pieces: Iterable[pa.Table]) -> str:
@@ -192,7 +196,7 @@ def keep_file(con: duckdb.DuckDBPyConnection, table: str, empty: pa.Table, piece
             break
     else:
         return _keep_in_memory(con, table, empty, head)
-    folder = os.path.join(_files_folder(), f"con-{id(con):x}")
+    folder = _con_folder(con)
     path = os.path.join(folder, f"{table}-{next(_FILE_NUMBERS)}.parquet")
     out = None
     try:
@@ -222,7 +226,7 @@ def keep_file(con: duckdb.DuckDBPyConnection, table: str, empty: pa.Table, piece
             raise BadInputError(f"traceql's table {table}: {_why_not(folder, exc)}") from None
         raise
     con.execute(f"ATTACH IF NOT EXISTS ':memory:' AS {KEPT} (COMPRESS)")
-    _drop_kept(con, table)
+    drop_file(con, table)
     literal = "'" + path.replace("'", "''") + "'"  # a view's SQL takes no parameters
     con.execute(f'CREATE OR REPLACE VIEW {KEPT}."{table}" AS SELECT * FROM read_parquet({literal})')
     _FILES[(folder, table)] = path
@@ -250,21 +254,22 @@ def _why_not(folder: str, exc: OSError) -> str:
     if code is None:  # pyarrow's errors give the code in their text
         found = re.search(r"\[errno (\d+)\]", str(exc))
         code = int(found.group(1)) if found else None
-    hint = {errno.EFBIG: "the file exceeds the size limit of this process (ulimit -f): raise it, or"}.get(code, "")
+    hint = room_hint(code)
     why = (exc.strerror or str(exc)).splitlines()[0]
-    return (f"cannot write in {folder} ({why}); {hint or 'free space there, or'} set TMPDIR to a folder with room "
+    return (f"cannot write in {folder} ({why}); {hint + '; ' if hint else ''}set TMPDIR to a folder with room "
             "(traceql writes the large tables it computes there)")
 
 
 def _keep_in_memory(con: duckdb.DuckDBPyConnection, table: str, empty: pa.Table, pieces: Iterable[pa.Table]) -> str:
-    _drop_kept(con, table)
+    drop_file(con, table)
     return keep_pieces(con, table, empty, pieces)
 
 
-def _drop_kept(con: duckdb.DuckDBPyConnection, table: str) -> None:
-    """Drop ``table`` of the kept database, a view of a file (and the file) or a table in memory, if there is one.
-    Through a cursor: a stream that reads on ``con`` may be under way (a statement on ``con`` would close it)."""
-    path = _FILES.pop((os.path.join(_files_folder(), f"con-{id(con):x}"), table), None)
+def drop_file(con: duckdb.DuckDBPyConnection, table: str) -> None:
+    """Drop ``table`` (:func:`keep_file`) once no other view reads it: its view and file, or its table in memory, if
+    there is one. Through a cursor: a stream that reads on ``con`` may be under way (a statement on ``con`` would
+    close it)."""
+    path = _FILES.pop((_con_folder(con), table), None)
     cur = con.cursor()
     try:
         kinds = cur.execute("SELECT 'VIEW' FROM duckdb_views() WHERE database_name = ? AND view_name = ? UNION ALL "
@@ -280,7 +285,7 @@ def _drop_kept(con: duckdb.DuckDBPyConnection, table: str) -> None:
 
 def file_of(con: duckdb.DuckDBPyConnection, table: str) -> str | None:
     """The file of ``table`` on ``con`` (:func:`keep_file`), None if it has none."""
-    return _FILES.get((os.path.join(_files_folder(), f"con-{id(con):x}"), table))
+    return _FILES.get((_con_folder(con), table))
 
 
 def lock_kept_files(con: duckdb.DuckDBPyConnection) -> None:
@@ -288,16 +293,11 @@ def lock_kept_files(con: duckdb.DuckDBPyConnection) -> None:
     opens, not DuckDB: for SQL after DuckDB's own file access is turned off (``store.lock_files``)."""
     import pyarrow.dataset as ds
 
-    folder = os.path.join(_files_folder(), f"con-{id(con):x}")
+    folder = _con_folder(con)
     for (where, table), path in list(_FILES.items()):
         if where == folder:
             con.register(f"_file_{table}", ds.dataset(path, format="parquet"))
             con.execute(f'CREATE OR REPLACE VIEW {KEPT}."{table}" AS SELECT * FROM "_file_{table}"')
-
-
-def drop_file(con: duckdb.DuckDBPyConnection, table: str) -> None:
-    """Drop ``table`` (:func:`keep_file`: its view and file, or its table in memory) once no other view reads it."""
-    _drop_kept(con, table)
 
 
 def _remove_folder(folder: str) -> None:

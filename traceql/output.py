@@ -24,15 +24,21 @@ from .errors import BadInputError
 NO_ROOM = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS)  # a write failed for want of room or rights
 
 
+_ROOM_HINTS = {errno.ENOSPC: "free space on its file system or write elsewhere",
+               errno.EFBIG: "the file exceeds the size limit of this process (ulimit -f): raise it or write elsewhere",
+               errno.EDQUOT: "free space in your quota or write elsewhere",
+               errno.EROFS: "the file system is read-only: write elsewhere"}
+
+
+def room_hint(code: int | None) -> str | None:
+    """What to do about a write that failed with the error ``code`` for want of room or rights (None: another)."""
+    return _ROOM_HINTS.get(code)
+
+
 def unwritable(path: Path, exc: OSError) -> BadInputError:
     """An output that cannot be written (not a folder, read-only, full): bad input naming it and the next step."""
     why = exc.strerror or str(exc)
-    hint = {errno.ENOSPC: "free space on its file system or write elsewhere",
-            errno.EFBIG: "the file exceeds the size limit of this process (ulimit -f): raise it or write elsewhere",
-            errno.EDQUOT: "free space in your quota or write elsewhere",
-            errno.EROFS: "the file system is read-only: write elsewhere"}.get(exc.errno,
-                                                                              "give a path you can write to")
-    return BadInputError(f"{path}: cannot write here ({why}); {hint}")
+    return BadInputError(f"{path}: cannot write here ({why}); {room_hint(exc.errno) or 'give a path you can write to'}")
 
 
 def check_target(path: str | Path) -> None:

@@ -138,16 +138,15 @@ def _columns(table: pa.Table | pa.RecordBatch, skip: tuple[str, ...] = ("run_id"
 
 
 def _publish(con: duckdb.DuckDBPyConnection, view: str, groups: Iterable[tuple[tuple[str, int], Columns]],
-             schema: pa.Schema, nan_is_null: tuple[str, ...] = (), compressed: bool = True,
-             to_file: bool = False) -> None:
+             schema: pa.Schema, nan_is_null: tuple[str, ...] = (), to_file: bool = False) -> None:
     """Store the result as the table that ``view`` now reads (the naming of ``queries_loader.materialize``).
     ``groups``: per (run, device), its columns (numpy, masked where NULL; ``nan_is_null``: NaN is NULL; text as
     Arrow arrays), appended with the run and device of each row as they come (:func:`_fill`)."""
-    point_view(con, view, _fill(con, f"_materialized_{view}", groups, schema, nan_is_null, compressed, to_file))
+    point_view(con, view, _fill(con, f"_materialized_{view}", groups, schema, nan_is_null, to_file))
 
 
 def _fill(con: duckdb.DuckDBPyConnection, table: str, groups: Iterable[tuple[tuple[str, int], Columns]],
-          schema: pa.Schema, nan_is_null: tuple[str, ...], compressed: bool = True, to_file: bool = False) -> str:
+          schema: pa.Schema, nan_is_null: tuple[str, ...], to_file: bool = False) -> str:
     """A kept table (``duck.keep_pieces``) of ``groups``, or a file (``duck.keep_file``), assembled and appended in
     pieces of at least ``APPEND_ROWS`` rows as the sweeps finish them."""
     def pieces() -> Iterator[pa.Table]:
@@ -166,7 +165,7 @@ def _fill(con: duckdb.DuckDBPyConnection, table: str, groups: Iterable[tuple[tup
 
     if to_file:
         return duck.keep_file(con, table, schema.empty_table(), pieces())
-    return duck.keep_pieces(con, table, schema.empty_table(), pieces(), compressed)
+    return duck.keep_pieces(con, table, schema.empty_table(), pieces())
 
 
 def _size(cols: Columns) -> int:
