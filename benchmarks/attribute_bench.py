@@ -134,10 +134,13 @@ def signatures(rng: np.random.Generator) -> tuple[pa.Table, dict[str, np.ndarray
 # -- writing --------------------------------------------------------------------------------------------------------
 
 def _table(table: str, n: int, cols: dict) -> pa.Table:
-    """A table of the declared schema; columns not given (or added to the schema since) are null."""
+    """A table of the declared schema; columns not given (or added to the schema since) are null, but the signature
+    id, which :func:`traceql.store.schema.conform` derives as ingest does."""
     from traceql.store import schema
 
     target = schema.TABLES[table]
+    if "sig" not in cols:
+        target = target.remove(target.get_field_index("sig")) if "sig" in target.names else target
     arrays = []
     for f in target:
         v = cols.get(f.name)
@@ -158,12 +161,13 @@ class Writers:
     def __init__(self, run_dir: Path):
         from traceql.store import schema
 
+        self.schema = schema
         self.writers = {t: schema.writer(t, run_dir / f"{t}.parquet") for t in schema.TABLES}
         self.rows = dict.fromkeys(schema.TABLES, 0)
 
     def write(self, table: str, data: pa.Table) -> None:
         if data.num_rows:
-            self.writers[table].write_table(data)
+            self.writers[table].write_table(self.schema.conform(table, data))
             self.rows[table] += data.num_rows
 
     def close(self) -> None:
@@ -453,6 +457,10 @@ def main() -> int:
     try:
         bench = root / "bench.json"
         if bench.is_file() and json.loads(bench.read_text()) == params and (root / "manifest.json").is_file():
+            from traceql import store
+
+            if store.migrate(root) is not None:  # a store kept by an earlier traceql
+                print(f"migrated {root} to layout {store.LAYOUT}")
             rows = next(iter(json.loads((root / "manifest.json").read_text())["runs"].values()))["tables"]
             print(f"reusing the run store in {root}")
         else:

@@ -23,7 +23,7 @@
 --                                compute (every other kernel), copy (other copies, sets)
 --   sm_held             BIGINT   SMs the activity occupies: min(SM count, CTAs) for kernels, 0 for copy engines
 --   launch_occupancy    BIGINT   CTAs per SM the launch configuration and the device's limits allow (kernels)
---   sig                 UBIGINT  signature hash: the same work has the same sig
+--   sig                 UBIGINT  signature id (the store's: the same work has the same sig)
 SELECT k.run_id, k.device_id, 'kernel' AS activity, k.global_pid, k.correlation_id, k.stream_id, k.start_ns,
        k.end_ns, k.dur_ns, k.dynamic_smem_bytes, NULL::BIGINT AS bytes,
        k.ctas, k.threads_per_block, k.regs_per_thread, k.static_smem_bytes, k.kind,
@@ -37,19 +37,14 @@ SELECT k.run_id, k.device_id, 'kernel' AS activity, k.global_pid, k.correlation_
                 // (k.regs_per_thread * 32 * ceil(k.threads_per_block / 32.0))::BIGINT END,
            CASE WHEN k.dynamic_smem_bytes + k.static_smem_bytes > 0 THEN coalesce(d.max_smem_per_sm_bytes, 233472)
                 // (k.dynamic_smem_bytes + k.static_smem_bytes) END))::BIGINT AS launch_occupancy,
-       -- _signatures and _ncu_demand.sig hash the same way: keep the three alike
-       hash('kernel', k.name, concat_ws('x', k.grid_x, k.grid_y, k.grid_z),
-            concat_ws('x', k.block_x, k.block_y, k.block_z), k.dynamic_smem_bytes, NULL::BIGINT) AS sig
+       k.sig
 FROM kernels k LEFT JOIN devices d USING (run_id, device_id)
 UNION ALL
 SELECT run_id, device_id, 'memcpy', global_pid, correlation_id, stream_id, start_ns, end_ns, dur_ns,
        NULL, bytes, NULL, NULL, NULL, NULL, CASE WHEN is_peer THEN 'comm' ELSE 'copy' END,
-       CASE WHEN is_peer THEN 'comm' ELSE 'copy' END, 0, NULL,
-       hash('memcpy', '[CUDA memcpy ' || coalesce(copy_kind, '?') || ']', NULL::VARCHAR, NULL::VARCHAR,
-            NULL::BIGINT, bytes)
+       CASE WHEN is_peer THEN 'comm' ELSE 'copy' END, 0, NULL, sig
 FROM memcpy
 UNION ALL
 SELECT run_id, device_id, 'memset', global_pid, correlation_id, stream_id, start_ns, end_ns, dur_ns,
-       NULL, bytes, NULL, NULL, NULL, NULL, 'copy', 'copy', 0, NULL,
-       hash('memset', '[CUDA memset]', NULL::VARCHAR, NULL::VARCHAR, NULL::BIGINT, bytes)
+       NULL, bytes, NULL, NULL, NULL, NULL, 'copy', 'copy', 0, NULL, sig
 FROM memset

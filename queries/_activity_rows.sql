@@ -26,7 +26,7 @@
 --                                compute (every other kernel), copy (other copies, sets)
 --   sm_held             BIGINT   SMs the activity occupies: min(SM count, CTAs) for kernels, 0 for copy engines
 --   launch_occupancy    BIGINT   CTAs per SM the launch configuration and the device's limits allow (kernels)
---   sig                 UBIGINT  signature hash: the same work has the same sig
+--   sig                 UBIGINT  signature id (the store's: the same work has the same sig)
 SELECT run_id, device_id,
        row_number() OVER (PARTITION BY run_id ORDER BY device_id, start_ns, end_ns, activity, global_pid,
                           correlation_id, sig) AS activity_id,

@@ -21,7 +21,7 @@
 --   regs_per_thread     INTEGER  registers per thread (kernels)
 --   static_smem_bytes   BIGINT   static shared memory (bytes; kernels)
 --   launch_occupancy    BIGINT   CTAs per SM the launch configuration allows (kernels)
---   sig                 UBIGINT  signature hash (_activities)
+--   sig                 UBIGINT  signature id (_activities)
 --   step_start_ns       BIGINT   start of the innermost NVTX range around the launch (ns; NULL outside ranges)
 --   step_text           VARCHAR  that range's text
 --   occurrence          BIGINT   launches of the same signature before it in that range instance

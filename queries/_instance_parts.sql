@@ -22,7 +22,7 @@
 --   corunner_kind       VARCHAR  the class it counts in as a co-runner: comm, compute or copy
 --   sm_held             BIGINT   SMs the activity occupies
 --   launch_occupancy    BIGINT   CTAs per SM the launch configuration allows (kernels)
---   sig                 UBIGINT  signature hash
+--   sig                 UBIGINT  signature id
 --   comm_overlap_ns     BIGINT   time overlapped by other communication (ns)
 --   compute_overlap_ns  BIGINT   time overlapped by other non-communication kernels (ns)
 --   copy_overlap_ns     BIGINT   time overlapped by other copies and sets (ns)

@@ -9,7 +9,7 @@
 --   grid                   VARCHAR  grid as XxYxZ
 --   block                  VARCHAR  block as XxYxZ
 --   dynamic_smem_bytes     BIGINT   dynamic shared memory (bytes)
---   sig                    UBIGINT  the signature hash of _activities (the same formula: keep the two alike)
+--   sig                    UBIGINT  the signature id (kernels.sig)
 --   match                  VARCHAR  exact or name (ncu_match)
 --   ctas_per_sm            INTEGER  CTAs per SM the profiled kernel's occupancy limits allow (NULL if not usable)
 --   dram_pct               DOUBLE   isolated DRAM throughput (% of peak; exact matches only)
@@ -17,7 +17,7 @@
 --   working_set_bytes      DOUBLE   DRAM bytes read + written alone, cold L2: an upper bound of the data it touches
 --   duration_ns            DOUBLE   isolated duration under Nsight Compute (ns; exact matches only)
 SELECT run_id, device_id, name, grid, block, dynamic_smem_bytes,
-       hash('kernel', name, grid, block, dynamic_smem_bytes, NULL::BIGINT) AS sig, match,
+       sig, match,
        CASE WHEN match = 'exact' OR (ncu_block = block AND ncu_dynamic_smem_bytes IS NOT DISTINCT FROM dynamic_smem_bytes)
             THEN ctas_per_sm END AS ctas_per_sm,
        CASE WHEN match = 'exact' THEN coalesce(dram_throughput_pct, 100 * dram_peak_fraction) END AS dram_pct,

@@ -5,7 +5,7 @@
 --   run_id         VARCHAR  run
 --   device_id      INTEGER  physical GPU
 --   nvtx           VARCHAR  NVTX group (NULL unless grouping by NVTX)
---   sig            UBIGINT  signature hash (_activities)
+--   sig            UBIGINT  signature id (_activities)
 --   mode           BIGINT   duration mode (0 = shortest) when the signature was split, else NULL
 --   split          VARCHAR  duration mode when the signature's isolated durations were a mixture, else NULL
 --   n              BIGINT   instances

@@ -10,8 +10,8 @@ Layout::
 Run folders are named Hive-style (``run_id=...``), so other engines read a table of every run with partition
 discovery as well as from the ``run_id`` column every file carries: ``read_parquet('RUN_DIR/runs/*/kernels.parquet',
 hive_partitioning = true)`` in DuckDB, ``polars.scan_parquet(..., hive_partitioning=True)``, ``pyarrow.dataset`` with
-``partitioning="hive"``. This is layout 2; a store of layout 1 (``runs/<run_id>/``) is refused with the command that
-migrates it (:func:`migrate`). Opening a store reads its index, not every file: a file is checked (its footer: schema
+``partitioning="hive"``. This is layout 3, in which every kernel, copy and set carries its signature id (``sig``); a store of layout 1
+(``runs/<run_id>/``) or 2 (no ``sig``) is refused with the command that migrates it (:func:`migrate`). Opening a store reads its index, not every file: a file is checked (its footer: schema
 version, table, columns) when its size is not the one its run recorded at ingest.
 
 A run is written in a staging folder and moved into ``runs/`` in one rename, with its ``run.json``, so a crash
@@ -48,7 +48,10 @@ from . import schema
 MANIFEST = "manifest.json"
 RUN_INFO = "run.json"
 STORE_FORMAT = "traceql-run-store"
-LAYOUT = 2  # runs/run_id=<run_id>/, file sizes in run.json; layout 1: runs/<run_id>/
+# 3: runs/run_id=<run_id>/, file sizes in run.json, signature ids (sig) in kernels, memcpy and memset;
+# 2: the same without sig; 1: runs/<run_id>/
+LAYOUT = 3
+LAYOUTS = {1: "runs/<run_id>/", 2: "no signature ids"}
 RUN_PREFIX = "run_id="
 
 
@@ -97,9 +100,10 @@ def read_manifest(root: Path, *, quiet: bool = False, shown_as: str | None = Non
     layout = manifest.get("layout", 1)
     if layout != LAYOUT:
         if isinstance(layout, int) and layout < LAYOUT:
-            raise SchemaVersionError(f"{root}: a run store of layout {layout} (runs/<run_id>/), which this traceql "
-                                     f"reads once migrated: run `traceql migrate {root}` (it renames each run's "
-                                     "folder and records its files; nothing is re-ingested)")
+            what = ("renames each run's folder, records its files and adds" if layout == 1 else "adds")
+            raise SchemaVersionError(f"{root}: a run store of layout {layout} ({LAYOUTS.get(layout, 'older')}), which "
+                                     f"this traceql reads once migrated: run `traceql migrate {root}` (it {what} "
+                                     "each kernel's, copy's and set's signature id; nothing is re-ingested)")
         raise SchemaVersionError(f"{path}: run store layout {layout} is not supported (this traceql reads "
                                  f"{LAYOUT}); use the traceql that wrote it, or a newer one")
     if (root / "runs").exists() and not (root / "runs").is_dir():
@@ -198,16 +202,18 @@ def reindex(root: Path, entries: dict[str, dict] | None = None) -> dict:
 
 
 def migrate(root: Path, progress: Callable[[int, int, str], None] | None = None) -> int | None:
-    """Bring the store ``root`` from layout 1 (``runs/<run_id>/``) to this traceql's layout, in place; return the number
-    of runs migrated (None for a store of the current layout).
+    """Bring the store ``root`` from layout 1 (``runs/<run_id>/``) or 2 (no signature ids) to this traceql's layout,
+    in place; return the number of runs migrated (None for a store of the current layout).
 
-    Per run: its files are checked (footers), a ``runs`` file written before a column existed gets it (NULL), the
-    kernels are put in file order (:data:`traceql.store.writer.KERNEL_ORDER`), the sizes of its files go into its
-    ``run.json``, and its folder is renamed to ``run_id=<run_id>`` (one rename: a run is in one layout or the other).
-    A run keeps its entry in the index (a run of a store written before runs had their own ``run.json`` has no
-    other), completed by its ``run.json``. The index is
-    rewritten last; until then readers refuse the store with this command, and an interrupted migration is finished
-    by running it again. Nothing is re-ingested; the traces are not needed.
+    Per run: its files are checked (footers); kernels, copies and sets get their signature ids (``sig``, the ids a
+    fresh ingest gives: :mod:`traceql.store.signature`), a file at a time and streamed; the sizes of its files go
+    into its ``run.json``. A run of layout 1 also has a ``runs`` file written before a column existed completed
+    (NULL), its kernels put in file order (:data:`traceql.store.writer.KERNEL_ORDER`) and its folder renamed to
+    ``run_id=<run_id>`` (one rename: a run is in one layout or the other); it keeps its entry in the index (a run of a
+    store written before runs had their own ``run.json`` has no other), completed by its ``run.json``. Each file is
+    written beside the old one and renamed over it, and the index is rewritten last; until then readers refuse the
+    store with this command, and an interrupted migration is finished by running it again. Nothing is re-ingested;
+    the traces are not needed.
     """
     from .writer import KERNEL_ORDER, RunInfo, finish_run
 
@@ -228,10 +234,19 @@ def migrate(root: Path, progress: Callable[[int, int, str], None] | None = None)
     if manifest.get("schema_version") != schema.SCHEMA_VERSION or not isinstance(manifest.get("layout", 1), int) \
             or manifest.get("layout", 1) > LAYOUT:
         read_manifest(root)  # raises: another schema version, or a newer layout
-    folders = sorted(n for n in (os.listdir(root / "runs") if (root / "runs").is_dir() else [])
-                     if not n.startswith(".") and run_id_of(n) is None)
+    names = sorted(n for n in (os.listdir(root / "runs") if (root / "runs").is_dir() else []) if not n.startswith("."))
+    folders = [n for n in names if run_id_of(n) is None]  # layout 1
+    placed = [n for n in names if run_id_of(n) is not None and read_run_info(root / "runs" / n)]  # layout 2 or 3
     done = 0
-    for i, name in enumerate(folders):
+    for i, name in enumerate(placed):
+        folder = root / "runs" / name
+        done += _add_signatures(folder)
+        # the files' sizes recorded again, also where an interrupted migration had replaced a file already
+        finish_run(folder, RunInfo(**{k: v for k, v in read_run_info(folder).items()
+                                      if k in RunInfo.__dataclass_fields__}))
+        if progress is not None:
+            progress(i + 1, len(placed) + len(folders), run_id_of(name))
+    for i, name in enumerate(folders, len(placed)):
         old = root / "runs" / name
         # layout 1 readers knew a run by its index entry (which later writers, as `traceql collect`, added labels to);
         # the run's own run.json, where there is one, fills in what the entry lacks
@@ -243,10 +258,11 @@ def migrate(root: Path, progress: Callable[[int, int, str], None] | None = None)
             continue
         for table in info.get("tables", {}):
             if (old / f"{table}.parquet").is_file():
-                schema.check_file(old / f"{table}.parquet", table)
+                schema.check_file(old / f"{table}.parquet", table, migrating=True)
         _rewrite(old / "runs.parquet", _added_columns)
         _rewrite(old / "kernels.parquet", lambda t: t.sort_by(KERNEL_ORDER)
                  if t.num_rows and not t.equals(t.sort_by(KERNEL_ORDER)) else None)
+        _add_signatures(old)
         fields = {"run_id": name, "source_path": "", "sha256": "", "format": "",
                   **{k: v for k, v in info.items() if k in RunInfo.__dataclass_fields__}}
         run = RunInfo(**fields)
@@ -254,14 +270,48 @@ def migrate(root: Path, progress: Callable[[int, int, str], None] | None = None)
         old.rename(run_dir(root, name))
         done += 1
         if progress is not None:
-            progress(i + 1, len(folders), name)
+            progress(i + 1, len(placed) + len(folders), name)
     fresh = new_manifest()
-    # the runs of the old index that are in the new layout, then every migrated run (from its run.json)
-    fresh["runs"] = {rid: e for rid, e in (manifest.get("runs") or {}).items()
-                     if (run_dir(root, rid) / RUN_INFO).is_file()}
+    # the runs of the old index that are in the new layout, with the sizes of their files as migrated (from their
+    # run.json), then every other migrated run
+    fresh["runs"] = {rid: {**e, "files": own.get("files", {})} for rid, e in (manifest.get("runs") or {}).items()
+                     if isinstance(e, dict) and (own := read_run_info(run_dir(root, rid))) is not None}
     _add_unindexed(root, fresh, quiet=True)
     _write_manifest(root, fresh)
     return done
+
+
+def _add_signatures(folder: Path) -> bool:
+    """Add the signature id (``sig``) to the kernels, copies and sets of the run in ``folder`` whose files lack it,
+    a row group at a time; whether any file changed."""
+    from .signature import PARTS
+    from .writer import write_streamed
+
+    changed = False
+    for table in PARTS:
+        f = folder / f"{table}.parquet"
+        if not f.is_file() or "sig" in pq.read_schema(f).names:
+            continue
+        schema.check_file(f, table, migrating=True)
+        source = pq.ParquetFile(f)
+        run_ids = set()
+
+        def batches(source=source, run_ids=run_ids, table=table):
+            for group in range(source.num_row_groups):
+                rows = source.read_row_group(group)
+                run_ids.update(rows.column("run_id").unique().to_pylist())
+                yield from schema.conform(table, rows).to_batches()
+
+        tmp = f.with_name(f".{f.name}.migrating")
+        run_id = run_id_of(folder) or folder.name
+        write_streamed(table, batches(), run_id, tmp)
+        if run_ids - {run_id}:  # every row of a run's file is that run's: written otherwise, it is not a traceql run
+            tmp.unlink()
+            raise BadInputError(f"{f}: holds rows of runs {sorted(run_ids - {run_id})}, not only of run {run_id}; "
+                                "re-ingest its trace")
+        os.replace(tmp, f)
+        changed = True
+    return changed
 
 
 def _added_columns(t: pa.Table) -> pa.Table | None:

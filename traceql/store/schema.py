@@ -13,12 +13,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import BadInputError, SchemaVersionError
+from .signature import PARTS, signature_ids
 
 SCHEMA_VERSION = 1
 META_VERSION = b"traceql.schema_version"
 META_TABLE = b"traceql.table"
 
-i32, i64, f64, s, b = pa.int32(), pa.int64(), pa.float64(), pa.string(), pa.bool_()
+i32, i64, f64, s, b, u64 = pa.int32(), pa.int64(), pa.float64(), pa.string(), pa.bool_(), pa.uint64()
 
 
 def _schema(*fields: tuple[str, pa.DataType]) -> pa.Schema:
@@ -51,13 +52,14 @@ _TABLES: dict[str, pa.Schema] = {
         ("block_x", i32), ("block_y", i32), ("block_z", i32), ("ctas", i64), ("threads_per_block", i32),
         ("static_smem_bytes", i64), ("dynamic_smem_bytes", i64), ("regs_per_thread", i32), ("graph_node_id", i64),
         ("kind", s), ("family", s), ("comm_op", s), ("comm_algo", s), ("comm_proto", s), ("comm_dtype", s),
-        ("comm_redop", s),
+        ("comm_redop", s), ("sig", u64),
     ),
     "memcpy": _schema(
         *_ids, *_interval, ("bytes", i64), ("copy_kind", s), ("src_kind", s), ("dst_kind", s),
-        ("src_device_id", i32), ("dst_device_id", i32), ("is_peer", b), ("graph_node_id", i64),
+        ("src_device_id", i32), ("dst_device_id", i32), ("is_peer", b), ("graph_node_id", i64), ("sig", u64),
     ),
-    "memset": _schema(*_ids, *_interval, ("bytes", i64), ("value", i64), ("mem_kind", s), ("graph_node_id", i64)),
+    "memset": _schema(*_ids, *_interval, ("bytes", i64), ("value", i64), ("mem_kind", s), ("graph_node_id", i64),
+                      ("sig", u64)),
     "nvtx": _schema(
         ("global_pid", i64), ("global_tid", i64), ("tid", i64), ("start_ns", i64), ("end_ns", i64), ("dur_ns", i64),
         ("event_type", s), ("text", s), ("domain", s), ("depth", i32), ("case_name", s),
@@ -98,9 +100,11 @@ DESCRIPTIONS = {
             "and `repairs`: odd rows dropped at ingest, counted by table.reason (NULL in runs ingested before)",
     "devices": "one row per physical GPU (device_id is the GPU's index on its host, not a per-process ordinal)",
     "processes": "one row per process of the trace; global_pid keeps per-process ids apart across ranks",
-    "kernels": "one row per kernel launch, with its launch configuration and its kind/family/comm_* class",
-    "memcpy": "one row per copy; is_peer marks GPU-to-GPU copies, which count as communication",
-    "memset": "one row per memset",
+    "kernels": "one row per kernel launch, with its launch configuration, its kind/family/comm_* class and its "
+               "signature id `sig` (the same name, grid, block and dynamic shared memory: the same sig)",
+    "memcpy": "one row per copy; is_peer marks GPU-to-GPU copies, which count as communication; `sig`: the same "
+              "copy kind and bytes, the same id",
+    "memset": "one row per memset; `sig`: the same bytes, the same id",
     "nvtx": "one row per NVTX range or mark, with its thread, nesting depth and parsed case:/key=value labels",
     "runtime_api": "one row per CUDA runtime/driver API call; correlation_id links it to its kernel or copy",
     "gpu_metrics": "one row per (GPU, sample, metric): nsys GPU metrics sampling, long format",
@@ -117,8 +121,12 @@ def empty(table: str) -> pa.Table:
 
 def conform(table: str, data: pa.Table, *, dictionaries: bool = False) -> pa.Table:
     """Cast ``data`` to the declared schema of ``table`` (columns by name, in declared order); ``dictionaries``:
-    string columns that come dictionary-encoded stay so (Parquet stores strings as dictionaries either way)."""
+    string columns that come dictionary-encoded stay so (Parquet stores strings as dictionaries either way).
+    The signature id of an activity table (``sig``: :mod:`traceql.store.signature`) is derived here when ``data``
+    lacks it, so that every writer stores the same ids."""
     schema = TABLES[table]
+    if table in PARTS and "sig" not in data.column_names:
+        data = data.append_column("sig", signature_ids(table, data))
     missing = [n for n in schema.names if n not in data.column_names]
     if missing:
         raise AssertionError(f"normalized {table} lacks columns {missing}")  # a traceql bug, not bad input
@@ -145,11 +153,14 @@ def write(table: str, data: pa.Table, path: Path) -> None:
 
 # columns added to a table after files of it were written: a file without one reads it as NULL
 ADDED_LATER = {"runs": {"repairs"}}
+# columns that `traceql migrate` adds to the files of a store of an earlier layout (traceql.store.migrate)
+MIGRATED = {table: {"sig"} for table in PARTS}
 
 
-def check_file(path: Path, table: str | None = None) -> str:
+def check_file(path: Path, table: str | None = None, *, migrating: bool = False) -> str:
     """Return the table name stored in a traceql Parquet file; refuse unknown schema versions, and with ``table`` a
-    file of another table or whose columns are not the declared ones (footers only: cheap)."""
+    file of another table or whose columns are not the declared ones (footers only: cheap); ``migrating``: a file
+    of an earlier layout, which may lack the columns the migration adds (:data:`MIGRATED`)."""
     try:
         stored = pq.read_schema(path)
     except Exception as exc:  # pyarrow raises several types for a damaged file
@@ -171,7 +182,7 @@ def check_file(path: Path, table: str | None = None) -> str:
             raise BadInputError(f"{path}: holds table {name or '(none)'}, not {table}; re-ingest the trace")
         for field in TABLES[table]:
             if field.name not in stored.names:
-                if field.name in ADDED_LATER.get(table, ()):
+                if field.name in ADDED_LATER.get(table, ()) or (migrating and field.name in MIGRATED.get(table, ())):
                     continue
                 raise BadInputError(f"{path}: lacks column {field.name}; re-ingest the trace")
             got = stored.field(field.name).type
