@@ -63,7 +63,8 @@ def test_ids_do_not_depend_on_order_encoding_chunks_or_types():
     assert _ids("kernels", encoded) == ids
     chunked = pa.concat_tables([data.slice(0, 1), data.slice(1)])
     assert chunked.column("name").num_chunks == 2 and _ids("kernels", chunked) == ids
-    narrow = data.cast(pa.schema([pa.field(f.name, pa.int32() if f.type == pa.int64() else f.type) for f in data.schema]))
+    narrow = data.cast(pa.schema([pa.field(f.name, pa.int32() if f.type == pa.int64() else f.type)
+                                  for f in data.schema]))
     assert _ids("kernels", narrow) == ids
     # the rows of one id read back alike from any writer: conform derives the column where data lacks it
     assert schema.conform("kernels", _with_defaults(data)).column("sig").to_pylist() == ids

@@ -10,9 +10,10 @@ Layout::
 Run folders are named Hive-style (``run_id=...``), so other engines read a table of every run with partition
 discovery as well as from the ``run_id`` column every file carries: ``read_parquet('RUN_DIR/runs/*/kernels.parquet',
 hive_partitioning = true)`` in DuckDB, ``polars.scan_parquet(..., hive_partitioning=True)``, ``pyarrow.dataset`` with
-``partitioning="hive"``. This is layout 3, in which every kernel, copy and set carries its signature id (``sig``); a store of layout 1
-(``runs/<run_id>/``) or 2 (no ``sig``) is refused with the command that migrates it (:func:`migrate`). Opening a store reads its index, not every file: a file is checked (its footer: schema
-version, table, columns) when its size is not the one its run recorded at ingest.
+``partitioning="hive"``. This is layout 3, in which every kernel, copy and set carries its signature id
+(``sig``); a store of layout 1 (``runs/<run_id>/``) or 2 (no ``sig``) is refused with the command that migrates it
+(:func:`migrate`). Opening a store reads its index, not every file: a file is checked (its footer: schema version,
+table, columns) when its size is not the one its run recorded at ingest.
 
 A run is written in a staging folder and moved into ``runs/`` in one rename, with its ``run.json``, so a crash
 mid-ingest leaves no half run. Each writer writes only its own files: the manifest is an index that the process
