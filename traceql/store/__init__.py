@@ -237,14 +237,20 @@ def migrate(root: Path, progress: Callable[[int, int, str], None] | None = None)
         read_manifest(root)  # raises: another schema version, or a newer layout
     names = sorted(n for n in (os.listdir(root / "runs") if (root / "runs").is_dir() else []) if not n.startswith("."))
     folders = [n for n in names if run_id_of(n) is None]  # layout 1
-    placed = [n for n in names if run_id_of(n) is not None and read_run_info(root / "runs" / n)]  # layout 2 or 3
+    placed = [n for n in names if run_id_of(n) is not None]  # layout 2 or 3
     done = 0
     for i, name in enumerate(placed):
-        folder = root / "runs" / name
+        folder, rid = root / "runs" / name, run_id_of(name)
+        # what the index says of the run, completed by its run.json (a run written by a tool other than ingest may
+        # have no run.json; one still being written has neither and is left as it is)
+        entry, own = (manifest.get("runs") or {}).get(rid), read_run_info(folder)
+        info = {**(own or {}), **(entry if isinstance(entry, dict) else {})}
+        if not info or info.get("run_id", rid) != rid:
+            continue
         done += _add_signatures(folder)
         # the files' sizes recorded again, also where an interrupted migration had replaced a file already
-        finish_run(folder, RunInfo(**{k: v for k, v in read_run_info(folder).items()
-                                      if k in RunInfo.__dataclass_fields__}))
+        finish_run(folder, RunInfo(**{"run_id": rid, "source_path": "", "sha256": "", "format": "",
+                                      **{k: v for k, v in info.items() if k in RunInfo.__dataclass_fields__}}))
         if progress is not None:
             progress(i + 1, len(placed) + len(folders), run_id_of(name))
     for i, name in enumerate(folders, len(placed)):
