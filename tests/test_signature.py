@@ -130,7 +130,7 @@ def test_a_store_of_layout_2_is_refused_then_migrated_to_the_ids_ingest_gives(tm
 
 
 def test_queries_group_by_the_stored_id(tmp_path):
-    """The names of each signature (_signatures) and the trace's launch shapes Nsight Compute matches (ncu_match)
+    """The names of each signature (signatures) and the trace's launch shapes Nsight Compute matches (ncu_match)
     come from the stored ids: one row per id, with the names and shapes of its kernels."""
     traceql.ingest(H200 / "overlap.sqlite.xz", tmp_path / "run")
     con = traceql.connect(tmp_path / "run")
@@ -139,12 +139,17 @@ def test_queries_group_by_the_stored_id(tmp_path):
                block_z, dynamic_smem_bytes FROM kernels)""").fetchall()[0]
     assert per_shape[0] == per_shape[1] > 1
     names = con.sql("""
-        SELECT count(*) FROM _signatures s JOIN (SELECT DISTINCT sig, name, short_name,
-               concat_ws('x', grid_x, grid_y, grid_z) AS grid, concat_ws('x', block_x, block_y, block_z) AS block
-               FROM kernels) k USING (sig)
-        WHERE s.name = k.name AND s.short_name = k.short_name AND s.grid = k.grid AND s.block = k.block""").fetchall()
+        SELECT count(*) FROM signatures s JOIN (SELECT DISTINCT sig, name, short_name,
+               concat_ws('x', grid_x, grid_y, grid_z) AS grid, concat_ws('x', block_x, block_y, block_z) AS block,
+               dynamic_smem_bytes FROM kernels) k USING (sig)
+        WHERE s.activity = 'kernel' AND s.name = k.name AND s.short_name = k.short_name AND s.grid = k.grid
+              AND s.block = k.block AND s.dynamic_smem_bytes IS NOT DISTINCT FROM k.dynamic_smem_bytes""").fetchall()
     assert names[0][0] == per_shape[1]
-    assert con.sql("SELECT count(*) = count(DISTINCT sig) FROM _signatures").fetchall()[0][0]
+    counts = con.sql("""SELECT (SELECT count(DISTINCT sig) FROM memset), count(*) FILTER (activity = 'memset'),
+                               count(*), count(DISTINCT sig) FROM signatures""").fetchall()[0]
+    assert counts[0] == counts[1] > 0 and counts[2] == counts[3] == per_shape[1] + counts[1]
+    assert con.sql("SELECT count(*) FROM _signatures JOIN signatures USING (sig, name, short_name)").fetchall()[0][0] \
+        == counts[2]
     match = con.sql("SELECT count(*), count(DISTINCT (run_id, device_id, sig)), sum(n) FROM ncu_match").fetchall()[0]
     assert match[0] == match[1] and match[2] == con.sql("SELECT count(*) FROM kernels").fetchall()[0][0]
     ids = np.array(con.sql("SELECT sig FROM kernels").fetchnumpy()["sig"], dtype=np.uint64)
