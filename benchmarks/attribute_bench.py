@@ -134,13 +134,11 @@ def signatures(rng: np.random.Generator) -> tuple[pa.Table, dict[str, np.ndarray
 # -- writing --------------------------------------------------------------------------------------------------------
 
 def _table(table: str, n: int, cols: dict) -> pa.Table:
-    """A table of the declared schema; columns not given (or added to the schema since) are null, but the signature
-    id, which :func:`traceql.store.schema.conform` derives as ingest does."""
+    """A table of the declared schema; columns not given (or added to the schema since) are null (the signature id
+    too: :func:`traceql.store.schema.conform` derives it when the table is written, as ingest does)."""
     from traceql.store import schema
 
     target = schema.TABLES[table]
-    if "sig" not in cols:
-        target = target.remove(target.get_field_index("sig")) if "sig" in target.names else target
     arrays = []
     for f in target:
         v = cols.get(f.name)

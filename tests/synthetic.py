@@ -149,8 +149,6 @@ def _table(name: str, rows: Sequence[dict], run_id: str) -> pa.Table:
     target = schema.TABLES[name]
     cols = {}
     for f in target:
-        if f.name == "sig" and not any("sig" in r for r in rows):
-            continue  # derived by schema.write (conform), as ingest does
         if f.name == "run_id":
             cols[f.name] = pa.array([run_id] * len(rows), f.type)
         else:
@@ -158,7 +156,7 @@ def _table(name: str, rows: Sequence[dict], run_id: str) -> pa.Table:
     unknown = {k for r in rows for k in r} - set(target.names)
     if unknown:
         raise KeyError(f"{name}: unknown columns {sorted(unknown)}")
-    return pa.table(cols, schema=pa.schema([target.field(n) for n in cols]))
+    return pa.table(cols, schema=target)
 
 
 def make_store(path: str | Path, *, kernels: Sequence[dict] = (), memcpy: Sequence[dict] = (),

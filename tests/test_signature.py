@@ -66,8 +66,10 @@ def test_ids_do_not_depend_on_order_encoding_chunks_or_types():
     narrow = data.cast(pa.schema([pa.field(f.name, pa.int32() if f.type == pa.int64() else f.type)
                                   for f in data.schema]))
     assert _ids("kernels", narrow) == ids
-    # the rows of one id read back alike from any writer: conform derives the column where data lacks it
+    # every writer stores the same ids: conform derives the column from the row, whatever stands in its place
     assert schema.conform("kernels", _with_defaults(data)).column("sig").to_pylist() == ids
+    wrong = _with_defaults(data).append_column("sig", pa.array([0, None, 7, 7], pa.uint64()))
+    assert schema.conform("kernels", wrong).column("sig").to_pylist() == ids
 
 
 def _with_defaults(data: pa.Table) -> pa.Table:

@@ -122,11 +122,13 @@ def empty(table: str) -> pa.Table:
 def conform(table: str, data: pa.Table, *, dictionaries: bool = False) -> pa.Table:
     """Cast ``data`` to the declared schema of ``table`` (columns by name, in declared order); ``dictionaries``:
     string columns that come dictionary-encoded stay so (Parquet stores strings as dictionaries either way).
-    The signature id of an activity table (``sig``: :mod:`traceql.store.signature`) is derived here when ``data``
-    lacks it, so that every writer stores the same ids."""
+    The signature id of an activity table (``sig``: :mod:`traceql.store.signature`) is derived here from the row,
+    whatever ``data`` holds in its place, so that every writer stores the same ids."""
     schema = TABLES[table]
-    if table in PARTS and "sig" not in data.column_names:
-        data = data.append_column("sig", signature_ids(table, data))
+    if table in PARTS:
+        ids = signature_ids(table, data)
+        data = data.drop(["sig"]) if "sig" in data.column_names else data
+        data = data.append_column("sig", ids)
     missing = [n for n in schema.names if n not in data.column_names]
     if missing:
         raise AssertionError(f"normalized {table} lacks columns {missing}")  # a traceql bug, not bad input
