@@ -215,3 +215,30 @@ def test_migrate_bad_input_is_named_with_exit_2(tmp_path, v1_store):
     rc, out, err = run_cli("migrate", v1_store)  # a damaged file: named, and that run left in layout 1
     assert rc == 2 and "devices.parquet" in err and "Traceback" not in err, err
     assert (v1_store / "runs" / "1c86e086c617c6a8").is_dir()
+
+
+def test_a_migration_stopped_by_a_full_disk_says_so_and_the_next_one_finishes(tmp_path, v1_store):
+    """A write that fails mid-migration (here past the process's file size limit, as on a full disk) is exit 2 with
+    what to do, leaves no half-written file, and running the command again finishes: the same store as a migration
+    that was never stopped."""
+    import resource
+    import subprocess
+    import sys
+
+    clean = tmp_path / "clean"
+    shutil.copytree(V1, clean)
+    assert run_cli("migrate", clean)[0] == 0
+
+    def limited():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (8 << 10, 8 << 10))
+
+    done = subprocess.run([sys.executable, "-m", "traceql.cli", "migrate", str(v1_store)], capture_output=True,
+                          text=True, timeout=120, preexec_fn=limited)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert "ulimit -f" in done.stderr and f"traceql migrate {v1_store}` again" in done.stderr, done.stderr
+    assert not list(v1_store.rglob("*.migrating"))
+    rc, out, err = run_cli("migrate", v1_store)
+    assert rc == 0, err
+    for rid in json.loads((clean / "manifest.json").read_text())["runs"]:
+        for f in sorted(store.run_dir(clean, rid).glob("*.parquet")):
+            assert _rows(store.run_dir(v1_store, rid) / f.name) == _rows(f), f.name

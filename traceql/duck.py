@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .errors import BadInputError
-from .output import room_hint
+from .output import error_code, room_hint
 
 
 def usable_cpus() -> int:
@@ -250,11 +250,7 @@ def _discard(out: pq.ParquetWriter | None, path: str) -> None:
 
 def _why_not(folder: str, exc: OSError) -> str:
     """Why a file of ``folder`` could not be written, and what to do."""
-    code = exc.errno
-    if code is None:  # pyarrow's errors give the code in their text
-        found = re.search(r"\[errno (\d+)\]", str(exc))
-        code = int(found.group(1)) if found else None
-    hint = room_hint(code)
+    hint = room_hint(error_code(exc))
     why = (exc.strerror or str(exc)).splitlines()[0]
     return (f"cannot write in {folder} ({why}); {hint + '; ' if hint else ''}set TMPDIR to a folder with room "
             "(traceql writes the large tables it computes there)")

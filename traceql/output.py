@@ -14,6 +14,7 @@ import contextlib
 import errno
 import math
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -35,10 +36,19 @@ def room_hint(code: int | None) -> str | None:
     return _ROOM_HINTS.get(code)
 
 
+def error_code(exc: OSError) -> int | None:
+    """The error number of ``exc``; pyarrow's errors give it only in their text (``[errno 27]``)."""
+    if exc.errno is not None:
+        return exc.errno
+    found = re.search(r"\[errno (\d+)\]", str(exc))
+    return int(found.group(1)) if found else None
+
+
 def unwritable(path: Path, exc: OSError) -> BadInputError:
     """An output that cannot be written (not a folder, read-only, full): bad input naming it and the next step."""
-    why = exc.strerror or str(exc)
-    return BadInputError(f"{path}: cannot write here ({why}); {room_hint(exc.errno) or 'give a path you can write to'}")
+    why = (exc.strerror or str(exc)).splitlines()[0]
+    hint = room_hint(error_code(exc)) or "give a path you can write to"
+    return BadInputError(f"{path}: cannot write here ({why}); {hint}")
 
 
 def check_target(path: str | Path) -> None:

@@ -239,45 +239,49 @@ def migrate(root: Path, progress: Callable[[int, int, str], None] | None = None)
     folders = [n for n in names if run_id_of(n) is None]  # layout 1
     placed = [n for n in names if run_id_of(n) is not None]  # layout 2 or 3
     done = 0
-    for i, name in enumerate(placed):
-        folder, rid = root / "runs" / name, run_id_of(name)
-        # what the index says of the run, completed by its run.json (a run written by a tool other than ingest may
-        # have no run.json; one still being written has neither and is left as it is)
+
+    def described(folder: Path, rid: str) -> dict | None:
+        """What the index says of the run in ``folder``, completed by its run.json: layout 1 readers knew a run by
+        its index entry (which later writers, as `traceql collect`, added labels to), and a run written by a tool
+        other than ingest may have no run.json. None for a run still being written (neither)."""
         entry, own = (manifest.get("runs") or {}).get(rid), read_run_info(folder)
         info = {**(own or {}), **(entry if isinstance(entry, dict) else {})}
-        if not info or info.get("run_id", rid) != rid:
-            continue
-        done += _add_signatures(folder)
-        # the files' sizes recorded again, also where an interrupted migration had replaced a file already
+        return info if info and info.get("run_id", rid) == rid else None
+
+    def finish(folder: Path, rid: str, info: dict) -> None:
         finish_run(folder, RunInfo(**{"run_id": rid, "source_path": "", "sha256": "", "format": "",
                                       **{k: v for k, v in info.items() if k in RunInfo.__dataclass_fields__}}))
-        if progress is not None:
-            progress(i + 1, len(placed) + len(folders), run_id_of(name))
-    for i, name in enumerate(folders, len(placed)):
-        old = root / "runs" / name
-        # layout 1 readers knew a run by its index entry (which later writers, as `traceql collect`, added labels to);
-        # the run's own run.json, where there is one, fills in what the entry lacks
-        entry, own = (manifest.get("runs") or {}).get(name), read_run_info(old)
-        info = {**(own or {}), **(entry if isinstance(entry, dict) else {})} if (entry or own) else None
-        if not info or info.get("run_id", name) != name:
-            print(f"traceql: note: {old} is not a complete run (no run.json of run {name}); it is left as it is",
-                  file=sys.stderr)
-            continue
-        for table in info.get("tables", {}):
-            if (old / f"{table}.parquet").is_file():
-                schema.check_file(old / f"{table}.parquet", table, migrating=True)
-        _rewrite(old / "runs.parquet", _added_columns)
-        _rewrite(old / "kernels.parquet", lambda t: t.sort_by(KERNEL_ORDER)
-                 if t.num_rows and not t.equals(t.sort_by(KERNEL_ORDER)) else None)
-        _add_signatures(old)
-        fields = {"run_id": name, "source_path": "", "sha256": "", "format": "",
-                  **{k: v for k, v in info.items() if k in RunInfo.__dataclass_fields__}}
-        run = RunInfo(**fields)
-        finish_run(old, run)
-        old.rename(run_dir(root, name))
-        done += 1
-        if progress is not None:
-            progress(i + 1, len(placed) + len(folders), name)
+
+    try:
+        for i, name in enumerate(placed):
+            folder, rid = root / "runs" / name, run_id_of(name)
+            if (info := described(folder, rid)) is None:
+                continue
+            done += _add_signatures(folder)
+            finish(folder, rid, info)  # sizes recorded again, also where an interrupted migration replaced a file
+            if progress is not None:
+                progress(i + 1, len(placed) + len(folders), rid)
+        for i, name in enumerate(folders, len(placed)):
+            old = root / "runs" / name
+            if (info := described(old, name)) is None:
+                print(f"traceql: note: {old} is not a complete run (no run.json of run {name}); it is left as it is",
+                      file=sys.stderr)
+                continue
+            for table in info.get("tables", {}):
+                if (old / f"{table}.parquet").is_file():
+                    schema.check_file(old / f"{table}.parquet", table, migrating=True)
+            _rewrite(old / "runs.parquet", _added_columns)
+            _rewrite(old / "kernels.parquet", lambda t: t.sort_by(KERNEL_ORDER)
+                     if t.num_rows and not t.equals(t.sort_by(KERNEL_ORDER)) else None)
+            _add_signatures(old)
+            finish(old, name, info)
+            old.rename(run_dir(root, name))
+            done += 1
+            if progress is not None:
+                progress(i + 1, len(placed) + len(folders), name)
+    except OSError as exc:  # a full disk, a size limit: each file is in its old form or its new one
+        raise BadInputError(f"{unwritable(root, exc)}; then run `traceql migrate {root}` again, which goes on where "
+                            "this one stopped") from exc
     fresh = new_manifest()
     # the runs of the old index that are in the new layout, with the sizes of their files as migrated (from their
     # run.json), then every other migrated run
@@ -311,7 +315,11 @@ def _add_signatures(folder: Path) -> bool:
 
         tmp = f.with_name(f".{f.name}.migrating")
         run_id = run_id_of(folder) or folder.name
-        write_streamed(table, batches(), run_id, tmp)
+        try:
+            write_streamed(table, batches(), run_id, tmp)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
         if run_ids - {run_id}:  # every row of a run's file is that run's: written otherwise, it is not a traceql run
             tmp.unlink()
             raise BadInputError(f"{f}: holds rows of runs {sorted(run_ids - {run_id})}, not only of run {run_id}; "
@@ -342,7 +350,11 @@ def _rewrite(f: Path, change: Callable[[pa.Table], pa.Table | None]) -> None:
     if new is None:
         return
     tmp = f.with_name(f".{f.name}.migrating")
-    schema.write(table, schema.conform(table, new), tmp)
+    try:
+        schema.write(table, schema.conform(table, new), tmp)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     os.replace(tmp, f)
 
 
