@@ -26,8 +26,8 @@ from pathlib import Path
 
 from traceql import store
 
-COMMANDS = ("ingest", "sql", "attribute", "report", "collect", "overlap")
-TEMP_GLOBS = (".tmp-*", ".manifest-*", ".*.tmp", "*.tmp")
+COMMANDS = ("ingest", "sql", "attribute", "report", "collect", "overlap", "migrate")
+TEMP_GLOBS = (".tmp-*", ".manifest-*", ".*.tmp", "*.tmp", "runs/*/.*.migrating")
 
 
 @dataclass
@@ -173,8 +173,11 @@ def store_problems(root: Path) -> list[str]:
     except (OSError, ValueError) as exc:
         return [f"manifest unreadable: {exc}"]
     for run_id, entry in manifest.get("runs", {}).items():
+        folder = store.run_dir(root, run_id)
+        if not folder.is_dir() and manifest.get("layout", 1) == 1:  # a store of layout 1 (being migrated)
+            folder = root / "runs" / run_id
         for table in entry.get("tables", {}):
-            f = store.run_dir(root, run_id) / f"{table}.parquet"
+            f = folder / f"{table}.parquet"
             if not f.is_file():
                 problems.append(f"{f} listed but missing")
                 continue

@@ -2003,6 +2003,45 @@ def _att_lazy_export_changed(env):
     return env.cli("attribute", out, named=[export], watch=[out])
 
 
+# -- migrate: what is not a store of an earlier layout; a migration the disk stops ------------------------------------
+
+STORE_V1 = Path(__file__).parent / "data" / "store_v1"  # a real store of layout 1, written by traceql on a GPU machine
+
+
+@case("migrate", "a path that does not exist", words="no such run directory")
+def _mig_missing(env):
+    return env.cli("migrate", env.path("nowhere"), named=[env.path("nowhere")], watch=[env.tmp])
+
+
+@case("migrate", "a trace given in place of a run directory", words=("not a run directory", "traceql ingest"))
+def _mig_trace(env):
+    trace = copy(env, "contention")
+    return env.cli("migrate", trace, named=[trace], watch=[trace])
+
+
+@case("migrate", "a run store whose manifest is not JSON", words=("manifest", "re-ingest"))
+def _mig_manifest_not_json(env):
+    s = _store_copy(env)
+    _manifest(s).write_text("{not json")
+    return env.cli("migrate", s, named=[s], watch=[s])
+
+
+@case("migrate", "a run store of a layout newer than this traceql's", words=("layout 99", "newer"))
+def _mig_newer_layout(env):
+    s = _store_copy(env)
+    manifest = json.loads(_manifest(s).read_text())
+    _manifest(s).write_text(json.dumps({**manifest, "layout": 99}))
+    return env.cli("migrate", s, named=[s], watch=[s])
+
+
+@case("migrate", "the disk fills while a store of layout 1 is migrated: no half-written file, the command goes on "
+      "where it stopped", words=("cannot write here", "ulimit", "traceql migrate"))
+def _mig_full(env):
+    s = env.path("v1")
+    shutil.copytree(STORE_V1, s)
+    return env.child(["migrate", s], named=[s], grow=[s], watch=[s], preexec=_file_size_limit(8 << 10))
+
+
 def test_docs_list_every_case():
     """docs/reliability.md is generated from this suite (benchmarks/reliability_report.py): every case is in it, and
     its counts are this suite's, all clean."""

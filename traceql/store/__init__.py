@@ -218,6 +218,9 @@ def migrate(root: Path, progress: Callable[[int, int, str], None] | None = None)
     """
     from .writer import KERNEL_ORDER, RunInfo, finish_run
 
+    if root.is_file():
+        raise BadInputError(f"{root}: a file, not a run directory; give a folder written by `traceql ingest -o` (a "
+                            f"trace needs no migration: `traceql ingest {root} -o RUN_DIR` reads it)")
     path = root / MANIFEST
     try:
         manifest = json.loads(path.read_text())
