@@ -70,8 +70,9 @@ def _texts(col: pa.Array | pa.ChunkedArray) -> np.ndarray:
     for chunk in chunks:
         if not pa.types.is_dictionary(chunk.type):
             chunk = pc.dictionary_encode(chunk)
-        words = np.array([known.setdefault(w, text_hash(w)) if w not in known else known[w]
-                          for w in chunk.dictionary.cast(pa.string()).to_pylist()] + [int(NULL)], dtype=np.uint64)
+        distinct = chunk.dictionary.cast(pa.string()).to_pylist()
+        known.update((w, text_hash(w)) for w in distinct if w not in known)
+        words = np.array([known[w] for w in distinct] + [int(NULL)], dtype=np.uint64)
         out.append(words[np.asarray(pc.fill_null(chunk.indices, len(chunk.dictionary))).astype(np.intp)])
     return np.concatenate(out) if out else np.zeros(0, dtype=np.uint64)
 
