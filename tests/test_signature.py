@@ -3,15 +3,17 @@ writes it (ingest, ``traceql migrate``, a benchmark's writer) and whatever the r
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import H200, run_cli
+from conftest import H200, cli_in_process, run_cli
 
 import traceql
 from traceql import store
@@ -90,12 +92,10 @@ def test_ids_are_stable_across_versions_and_machines():
     assert _ids("memset", pa.table({"bytes": [1024]}))[0] == 0xF7A28FB2361D412A
 
 
-def test_a_store_of_layout_2_is_refused_then_migrated_to_the_ids_ingest_gives(tmp_path):
-    fresh = tmp_path / "fresh"
-    traceql.ingest(H200 / "contention.sqlite.xz", fresh)
-    old = tmp_path / "old"
+def _layout_2(fresh: Path, old: Path) -> tuple[str, dict]:
+    """A copy at ``old`` of the one-run store ``fresh`` as traceql wrote it before signature ids: the same files
+    without sig, layout 2, their sizes recorded; its run id and index."""
     shutil.copytree(fresh, old)
-    # what traceql wrote before signature ids: the same files without sig, layout 2, their sizes recorded
     (rid,) = json.loads((old / "manifest.json").read_text())["runs"]
     folder = store.run_dir(old, rid)
     for table in PARTS:
@@ -109,6 +109,20 @@ def test_a_store_of_layout_2_is_refused_then_migrated_to_the_ids_ingest_gives(tm
     manifest["layout"] = 2
     manifest["runs"][rid]["files"] = info["files"]
     (old / "manifest.json").write_text(json.dumps(manifest))
+    return rid, manifest
+
+
+@pytest.fixture(scope="module")
+def fresh(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("fresh") / "store"
+    traceql.ingest(H200 / "contention.sqlite.xz", out)
+    return out
+
+
+def test_a_store_of_layout_2_is_refused_then_migrated_to_the_ids_ingest_gives(tmp_path, fresh):
+    old = tmp_path / "old"
+    rid, manifest = _layout_2(fresh, old)
+    folder = store.run_dir(old, rid)
     (folder / "run.json").unlink()  # a run the index alone describes (as a benchmark's writer leaves it) is kept
 
     with pytest.raises(traceql.SchemaVersionError, match=f"layout 2.*traceql migrate {old}"):
@@ -168,3 +182,38 @@ def test_the_bundled_stores_hold_the_ids_of_today():
             assert rows.column("sig").to_pylist() == signature_ids(table, rows).to_pylist(), f
             checked += rows.num_rows
     assert checked > 1000
+
+
+def test_a_store_of_layout_2_at_a_url_is_migrated_where_it_is(tmp_path, fresh):
+    """A store at a URL (object stores have no rename) is migrated in place: its kernels, copies and sets get the ids
+    a fresh ingest gives, its run.json and index the new sizes of those files and the recorded ones of the others."""
+    fsspec = pytest.importorskip("fsspec")
+    mem = fsspec.filesystem("memory")
+    old = tmp_path / "old"
+    rid, _ = _layout_2(fresh, old)
+    url = f"memory://traceql-test-{tmp_path.name}/store"
+    mem.put(str(old), url.removeprefix("memory://"), recursive=True)
+    try:
+        rc, _, err = cli_in_process("sql", url, "SELECT 1")
+        assert rc == 2 and f"traceql migrate {url}" in err, err
+        rc, out, err = cli_in_process("migrate", url)
+        assert rc == 0 and "1 run(s) migrated" in out + err, err
+        folder = f"{url.removeprefix('memory://')}/runs/run_id={rid}"
+        info = json.loads(mem.cat_file(f"{folder}/run.json"))
+        assert info["files"] == {t: mem.size(f"{folder}/{t}.parquet") for t in info["tables"]}
+        entry = json.loads(mem.cat_file(f"{url.removeprefix('memory://')}/manifest.json"))["runs"][rid]
+        assert entry["files"] == info["files"]
+        con = traceql.connect(fresh)
+        want = con.sql("SELECT sig FROM kernels ORDER BY ALL").fetchall()
+        from traceql.store import remote
+
+        assert remote.connect(url).sql("SELECT sig FROM kernels ORDER BY ALL").fetchall() == want
+        rc, out, err = cli_in_process("migrate", url)
+        assert rc == 0 and "already in the current layout" in out + err
+        v1 = f"memory://traceql-test-{tmp_path.name}/v1"  # layout 1 renames folders: refused, with what to do
+        mem.put(str(Path(__file__).parent / "data" / "store_v1"), v1.removeprefix("memory://"), recursive=True)
+        rc, out, err = cli_in_process("migrate", v1)
+        assert rc == 2 and "object stores" in err and "new URL" in err and "Traceback" not in err, err
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            mem.rm(f"/traceql-test-{tmp_path.name}", recursive=True)

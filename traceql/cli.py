@@ -160,11 +160,17 @@ def ingest(
 
 @app.command()
 def migrate(
-    run_dirs: Annotated[list[Path], typer.Argument(help="Run directories written by an earlier traceql.",
-                                                   show_default=False)],
+    run_dirs: Annotated[list[str], typer.Argument(help="Run directories written by an earlier traceql: paths or "
+                                                       "URLs (any fsspec protocol).", show_default=False)],
 ) -> None:
     """Bring run directories of an earlier layout to this traceql's, in place (nothing is re-ingested)."""
-    from .store import migrate as do_migrate
+    from .sources import urls
+    from .store import migrate as migrate_local
+    from .store import remote
+
+    def do_migrate(d: str, progress):
+        return remote.migrate(d, progress) if remote.is_remote(d) else \
+            migrate_local(urls.as_local(d, "a run directory"), progress)
 
     with _ctrl_c("each run is in the old layout or the new one; run the command again to finish"), \
             _progress() as bar:

@@ -28,6 +28,7 @@ from collections.abc import Collection, Iterator, Sequence
 from pathlib import Path
 
 import duckdb
+import pyarrow.parquet as pq
 
 from ..errors import BadInputError, TraceqlError
 from ..sources import urls
@@ -247,3 +248,80 @@ def write_index(url: str, entries: dict[str, dict]) -> dict:
         _calling(remote, remote.fs.pipe_file, remote.path(MANIFEST), text.encode(), what=remote.name(MANIFEST),
                  doing="written")
     return manifest
+
+
+def migrate(url: str, progress=None) -> int | None:
+    """:func:`traceql.store.migrate` for a store at a URL, from layout 2: each run's kernels, copies and sets are
+    downloaded, given their signature ids, and uploaded over the old ones (each object whole), then the run's
+    ``run.json`` with the new sizes, and the index last, as a local migration goes. What a migration adds to no other
+    file is not downloaded. A store of layout 1 is refused: its runs' folders are renamed by a migration, and object
+    stores have no rename. Errors name the URL."""
+    from . import migrate as migrate_local
+    from .signature import PARTS
+
+    remote = _Remote(url)
+    with tempfile.TemporaryDirectory(prefix="traceql-migrate-") as tmp:
+        mirror = Path(tmp) / "store"
+        mirror.mkdir()
+        try:
+            raw = _calling(remote, remote.fs.cat_file, remote.path(MANIFEST), what=remote.name(MANIFEST))
+        except FileNotFoundError:
+            raise BadInputError(f"{remote.url}: no run store here (no {MANIFEST}); give the URL a run store was "
+                                "ingested to") from None
+        (mirror / MANIFEST).write_bytes(raw)
+        try:
+            index = json.loads(raw)
+            layout, entries = index.get("layout", 1), index.get("runs") or {}
+        except (ValueError, AttributeError):
+            layout, entries = None, {}  # the local migration names what is wrong with the index
+        if layout == 1:
+            raise BadInputError(f"{remote.url}: a run store of layout 1, whose migration renames each run's folder, "
+                                "which object stores cannot: download it, run `traceql migrate` on the copy, and "
+                                "upload the copy to a new URL")
+        try:
+            folders = [p.rstrip("/").rsplit("/", 1)[-1] for p in _calling(remote, remote.fs.ls, remote.fresh("runs"),
+                                                                           False)]
+        except FileNotFoundError:
+            folders = []
+        before: dict[str, dict[str, int]] = {}  # sizes each run recorded, of every file
+        lacking: dict[str, list[str]] = {}  # the files of each run that the migration rewrites
+        if layout == 2:  # else the local migration says from the index alone that it is current, or what is wrong
+            for name in folders:
+                if (rid := run_id_of(name)) is None:
+                    continue
+                local = mirror / "runs" / name
+                local.mkdir(parents=True)
+                with contextlib.suppress(FileNotFoundError):
+                    _calling(remote, remote.fs.get_file, remote.path("runs", name, RUN_INFO), str(local / RUN_INFO),
+                             what=remote.name("runs", name, RUN_INFO))
+                entry = entries.get(rid) if isinstance(entries.get(rid), dict) else {}
+                own = json.loads((local / RUN_INFO).read_text()) if (local / RUN_INFO).is_file() else {}
+                before[rid] = {**(entry.get("files") or {}), **(own.get("files") or {})}
+                for table in PARTS:
+                    with contextlib.suppress(FileNotFoundError):
+                        _calling(remote, remote.fs.get_file, remote.path("runs", name, f"{table}.parquet"),
+                                 str(local / f"{table}.parquet"), what=remote.name("runs", name, f"{table}.parquet"))
+                lacking[rid] = [t for t in PARTS if (local / f"{t}.parquet").is_file()
+                                and "sig" not in pq.read_schema(local / f"{t}.parquet").names]
+        try:
+            done = migrate_local(mirror, progress)
+        except TraceqlError as exc:
+            raise _renamed(exc, mirror, remote.url) from None
+        if done is None:
+            return None
+        manifest = json.loads((mirror / MANIFEST).read_text())
+        for rid, sizes in before.items():
+            folder = run_dir(mirror, rid)
+            if not (folder / RUN_INFO).is_file():
+                continue
+            info = json.loads((folder / RUN_INFO).read_text())
+            # the sizes of the files not downloaded stay those recorded; the rewritten ones are measured
+            info["files"] = {**sizes, **{t: (folder / f"{t}.parquet").stat().st_size for t in lacking[rid]}}
+            (folder / RUN_INFO).write_text(json.dumps(info, indent=2))
+            if rid in manifest["runs"]:
+                manifest["runs"][rid]["files"] = info["files"]
+            urls.upload([*(folder / f"{t}.parquet" for t in lacking[rid]), folder / RUN_INFO],
+                        remote.name("runs", f"{RUN_PREFIX}{rid}"))
+        _calling(remote, remote.fs.pipe_file, remote.path(MANIFEST),
+                 json.dumps(manifest, indent=2, sort_keys=True).encode(), what=remote.name(MANIFEST), doing="written")
+    return done
