@@ -210,6 +210,13 @@ def test_a_store_of_layout_2_at_a_url_is_migrated_where_it_is(tmp_path, fresh):
         assert remote.connect(url).sql("SELECT sig FROM kernels ORDER BY ALL").fetchall() == want
         rc, out, err = cli_in_process("migrate", url)
         assert rc == 0 and "already in the current layout" in out + err
+        # a migration stopped after it uploaded the files, before their run.json and the index: the next one records
+        # the sizes of the files as they are
+        root = url.removeprefix("memory://")
+        mem.pipe_file(f"{folder}/run.json", (old / "runs" / f"run_id={rid}" / "run.json").read_bytes())
+        mem.pipe_file(f"{root}/manifest.json", (old / "manifest.json").read_bytes())
+        assert cli_in_process("migrate", url)[0] == 0
+        assert json.loads(mem.cat_file(f"{folder}/run.json"))["files"] == info["files"]
         v1 = f"memory://traceql-test-{tmp_path.name}/v1"  # layout 1 renames folders: refused, with what to do
         mem.put(str(Path(__file__).parent / "data" / "store_v1"), v1.removeprefix("memory://"), recursive=True)
         rc, out, err = cli_in_process("migrate", v1)

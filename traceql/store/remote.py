@@ -315,8 +315,10 @@ def migrate(url: str, progress=None) -> int | None:
             if not (folder / RUN_INFO).is_file():
                 continue
             info = json.loads((folder / RUN_INFO).read_text())
-            # the sizes of the files not downloaded stay those recorded; the rewritten ones are measured
-            info["files"] = {**sizes, **{t: (folder / f"{t}.parquet").stat().st_size for t in lacking[rid]}}
+            # the sizes of the files not downloaded stay those recorded; those downloaded are measured (rewritten
+            # now, or by a migration that stopped before it recorded them)
+            info["files"] = {**sizes, **{t: (folder / f"{t}.parquet").stat().st_size for t in PARTS
+                                         if (folder / f"{t}.parquet").is_file()}}
             (folder / RUN_INFO).write_text(json.dumps(info, indent=2))
             if rid in manifest["runs"]:
                 manifest["runs"][rid]["files"] = info["files"]
