@@ -253,9 +253,9 @@ def write_index(url: str, entries: dict[str, dict]) -> dict:
 def migrate(url: str, progress=None) -> int | None:
     """:func:`traceql.store.migrate` for a store at a URL, from layout 2: each run's kernels, copies and sets are
     downloaded, given their signature ids, and uploaded over the old ones (each object whole), then the run's
-    ``run.json`` with the new sizes, and the index last, as a local migration goes. What a migration adds to no other
-    file is not downloaded. A store of layout 1 is refused: its runs' folders are renamed by a migration, and object
-    stores have no rename. Errors name the URL."""
+    ``run.json`` with the new sizes, and the index last, as a local migration goes. The other tables' files, which a
+    migration leaves as they are, are not downloaded. A store of layout 1 is refused: its runs' folders are renamed by
+    a migration, and object stores have no rename. Errors name the URL."""
     from . import migrate as migrate_local
     from .signature import PARTS
 
