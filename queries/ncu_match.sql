@@ -39,17 +39,11 @@
 --   arithmetic_intensity_flop_per_byte  DOUBLE     FLOP per DRAM byte (NULL unless FLOP counters were collected)
 --   bound                               VARCHAR    compute or memory (the most frequent)
 --   sig                                 UBIGINT    the signature's id (kernels.sig)
-WITH per_sig AS (  -- grouped by the signature id: the rows of one sig have the same name and launch shape
-    SELECT run_id, device_id, sig, any_value(name) AS name, any_value(short_name) AS short_name,
-           any_value(grid_x) AS grid_x, any_value(grid_y) AS grid_y, any_value(grid_z) AS grid_z,
-           any_value(block_x) AS block_x, any_value(block_y) AS block_y, any_value(block_z) AS block_z,
-           any_value(dynamic_smem_bytes) AS dynamic_smem_bytes, any_value(kind) AS kind, count(*) AS n
-    FROM kernels GROUP BY run_id, device_id, sig
-), sig AS (
+WITH sig AS (
     SELECT k.run_id, k.device_id, k.name, k.short_name, concat_ws('x', k.grid_x, k.grid_y, k.grid_z) AS grid,
            concat_ws('x', k.block_x, k.block_y, k.block_z) AS block, k.dynamic_smem_bytes, k.kind, k.n, k.sig,
            d.name AS gpu_name
-    FROM per_sig k LEFT JOIN devices d ON d.run_id = k.run_id AND d.device_id = k.device_id
+    FROM _kernel_sigs k LEFT JOIN devices d ON d.run_id = k.run_id AND d.device_id = k.device_id
 ), prof AS (
     SELECT *, concat_ws('x', grid_x, grid_y, grid_z) AS grid, concat_ws('x', block_x, block_y, block_z) AS block
     FROM ncu_kernels WHERE workload = 'kernel'

@@ -14,7 +14,7 @@
 SELECT sig, 'kernel' AS activity, name, short_name, concat_ws('x', grid_x, grid_y, grid_z) AS grid,
        concat_ws('x', block_x, block_y, block_z) AS block, dynamic_smem_bytes, NULL::BIGINT AS bytes
 FROM (SELECT DISTINCT ON (sig) sig, name, short_name, grid_x, grid_y, grid_z, block_x, block_y, block_z,
-             dynamic_smem_bytes FROM kernels)
+             dynamic_smem_bytes FROM _kernel_sigs)
 UNION ALL
 SELECT sig, 'memcpy', name, name, NULL, NULL, NULL, bytes
 FROM (SELECT DISTINCT ON (sig) sig, '[CUDA memcpy ' || coalesce(copy_kind, '?') || ']' AS name, bytes FROM memcpy)
