@@ -354,7 +354,7 @@ def _rewrite(f: Path, change: Callable[[pa.Table], pa.Table | None]) -> None:
         return
     tmp = f.with_name(f".{f.name}.migrating")
     try:
-        schema.write(table, schema.conform(table, new), tmp)
+        schema.write(table, new, tmp)  # conformed there
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise

@@ -270,10 +270,9 @@ def migrate(url: str, progress=None) -> int | None:
                                 "ingested to") from None
         (mirror / MANIFEST).write_bytes(raw)
         try:
-            index = json.loads(raw)
-            layout, entries = index.get("layout", 1), index.get("runs") or {}
+            layout = json.loads(raw).get("layout", 1)
         except (ValueError, AttributeError):
-            layout, entries = None, {}  # the local migration names what is wrong with the index
+            layout = None  # the local migration names what is wrong with the index
         if layout == 1:
             raise BadInputError(f"{remote.url}: a run store of layout 1, whose migration renames each run's folder, "
                                 "which object stores cannot: download it, run `traceql migrate` on the copy, and "
@@ -283,7 +282,6 @@ def migrate(url: str, progress=None) -> int | None:
                                                                            False)]
         except FileNotFoundError:
             folders = []
-        before: dict[str, dict[str, int]] = {}  # sizes each run recorded, of every file
         lacking: dict[str, list[str]] = {}  # the files of each run that the migration rewrites
         if layout == 2:  # else the local migration says from the index alone that it is current, or what is wrong
             for name in folders:
@@ -291,12 +289,11 @@ def migrate(url: str, progress=None) -> int | None:
                     continue
                 local = mirror / "runs" / name
                 local.mkdir(parents=True)
+                # run.json with the sizes of every file: the local migration records those of the files it has, and
+                # keeps the others' (writer.finish_run)
                 with contextlib.suppress(FileNotFoundError):
                     _calling(remote, remote.fs.get_file, remote.path("runs", name, RUN_INFO), str(local / RUN_INFO),
                              what=remote.name("runs", name, RUN_INFO))
-                entry = entries.get(rid) if isinstance(entries.get(rid), dict) else {}
-                own = json.loads((local / RUN_INFO).read_text()) if (local / RUN_INFO).is_file() else {}
-                before[rid] = {**(entry.get("files") or {}), **(own.get("files") or {})}
                 for table in PARTS:
                     with contextlib.suppress(FileNotFoundError):
                         _calling(remote, remote.fs.get_file, remote.path("runs", name, f"{table}.parquet"),
@@ -309,21 +306,11 @@ def migrate(url: str, progress=None) -> int | None:
             raise _renamed(exc, mirror, remote.url) from None
         if done is None:
             return None
-        manifest = json.loads((mirror / MANIFEST).read_text())
-        for rid, sizes in before.items():
+        for rid, files in lacking.items():
             folder = run_dir(mirror, rid)
-            if not (folder / RUN_INFO).is_file():
-                continue
-            info = json.loads((folder / RUN_INFO).read_text())
-            # the sizes of the files not downloaded stay those recorded; those downloaded are measured (rewritten
-            # now, or by a migration that stopped before it recorded them)
-            info["files"] = {**sizes, **{t: (folder / f"{t}.parquet").stat().st_size for t in PARTS
-                                         if (folder / f"{t}.parquet").is_file()}}
-            (folder / RUN_INFO).write_text(json.dumps(info, indent=2))
-            if rid in manifest["runs"]:
-                manifest["runs"][rid]["files"] = info["files"]
-            urls.upload([*(folder / f"{t}.parquet" for t in lacking[rid]), folder / RUN_INFO],
-                        remote.name("runs", f"{RUN_PREFIX}{rid}"))
-        _calling(remote, remote.fs.pipe_file, remote.path(MANIFEST),
-                 json.dumps(manifest, indent=2, sort_keys=True).encode(), what=remote.name(MANIFEST), doing="written")
+            if (folder / RUN_INFO).is_file():  # a run the local migration took (not one still being uploaded)
+                urls.upload([*(folder / f"{t}.parquet" for t in files), folder / RUN_INFO],
+                            remote.name("runs", f"{RUN_PREFIX}{rid}"))
+        _calling(remote, remote.fs.pipe_file, remote.path(MANIFEST), (mirror / MANIFEST).read_bytes(),
+                 what=remote.name(MANIFEST), doing="written")
     return done

@@ -35,9 +35,12 @@ class RunInfo:
 
 def finish_run(folder: Path, info: RunInfo) -> None:
     """Record the size of every table file in ``folder`` and write the run's ``run.json``, last: a run folder with
-    its ``run.json`` is complete, and a file of another size than recorded is checked when the store is opened."""
-    info.files = {table: (folder / f"{table}.parquet").stat().st_size for table in info.tables
-                  if (folder / f"{table}.parquet").is_file()}
+    its ``run.json`` is complete, and a file of another size than recorded is checked when the store is opened.
+    A table whose file ``folder`` lacks keeps the size ``info`` records (a local copy of part of a run at a URL,
+    which ``remote.migrate`` rewrites)."""
+    info.files = {table: (folder / f"{table}.parquet").stat().st_size if (folder / f"{table}.parquet").is_file()
+                  else info.files[table] for table in info.tables
+                  if (folder / f"{table}.parquet").is_file() or table in info.files}
     (folder / "run.json").write_text(json.dumps(asdict(info), indent=2))
 
 
