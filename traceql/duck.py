@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .errors import BadInputError
-from .output import error_code, room_hint
+from .output import write_failure
 
 
 def usable_cpus() -> int:
@@ -250,8 +250,7 @@ def _discard(out: pq.ParquetWriter | None, path: str) -> None:
 
 def _why_not(folder: str, exc: OSError) -> str:
     """Why a file of ``folder`` could not be written, and what to do."""
-    hint = room_hint(error_code(exc))
-    why = (exc.strerror or str(exc)).splitlines()[0]
+    why, hint = write_failure(exc)
     return (f"cannot write in {folder} ({why}); {hint + '; ' if hint else ''}set TMPDIR to a folder with room "
             "(traceql writes the large tables it computes there)")
 

@@ -31,24 +31,20 @@ _ROOM_HINTS = {errno.ENOSPC: "free space on its file system or write elsewhere",
                errno.EROFS: "the file system is read-only: write elsewhere"}
 
 
-def room_hint(code: int | None) -> str | None:
-    """What to do about a write that failed with the error ``code`` for want of room or rights (None: another)."""
-    return _ROOM_HINTS.get(code)
-
-
-def error_code(exc: OSError) -> int | None:
-    """The error number of ``exc``; pyarrow's errors give it only in their text (``[errno 27]``)."""
-    if exc.errno is not None:
-        return exc.errno
-    found = re.search(r"\[errno (\d+)\]", str(exc))
-    return int(found.group(1)) if found else None
+def write_failure(exc: OSError) -> tuple[str, str | None]:
+    """Why a write failed (the first line of ``exc``), and what to do where it failed for want of room or rights
+    (None: another cause). pyarrow's errors give their error number only in their text (``[errno 27]``)."""
+    code = exc.errno
+    if code is None:
+        found = re.search(r"\[errno (\d+)\]", str(exc))
+        code = int(found.group(1)) if found else None
+    return (exc.strerror or str(exc)).splitlines()[0], _ROOM_HINTS.get(code)
 
 
 def unwritable(path: Path, exc: OSError) -> BadInputError:
     """An output that cannot be written (not a folder, read-only, full): bad input naming it and the next step."""
-    why = (exc.strerror or str(exc)).splitlines()[0]
-    hint = room_hint(error_code(exc)) or "give a path you can write to"
-    return BadInputError(f"{path}: cannot write here ({why}); {hint}")
+    why, hint = write_failure(exc)
+    return BadInputError(f"{path}: cannot write here ({why}); {hint or 'give a path you can write to'}")
 
 
 def check_target(path: str | Path) -> None:
