@@ -16,8 +16,10 @@ The run store is written directly as Parquet with the real schema (``traceql.sto
   (kind ``comm``, 16-32 CTAs) that each span 4-12 compute kernels and cover about 30% of the time; compute kernels
   under communication run 5-25% longer, by signature;
 - one ``runtime_api`` launch per kernel (same global_pid and correlation_id), a few NVTX push/pop ranges;
-- GPU metrics in long format (SMs Active, DRAM Read/Write Bandwidth, GPC Clock, NVLink TX User Data) sampled at
-  ``--metrics-hz`` per device over the trace span, with values that follow the running kernel and communication.
+- GPU metrics (SMs Active, DRAM Read/Write Bandwidth, GPC Clock, NVLink TX User Data), stored wide as ingest stores
+  them (a row per device and sample time), sampled at ``--metrics-hz`` per device over the trace span, with values
+  that follow the running kernel and communication; "metric samples" counts a value of each metric at each sample,
+  as nsys counts its rows.
 
 Everything is generated with numpy/pyarrow, one device at a time and in chunks, so memory stays low.
 
@@ -160,7 +162,8 @@ class Writers:
         from traceql.store import schema
 
         self.schema = schema
-        self.writers = {t: schema.writer(t, run_dir / f"{t}.parquet") for t in schema.TABLES}
+        self.writers = {t: schema.writer(t, run_dir / f"{t}.parquet", sorted(METRICS) if t == "gpu_metrics" else ())
+                        for t in schema.TABLES}
         self.rows = dict.fromkeys(schema.TABLES, 0)
 
     def write(self, table: str, data: pa.Table) -> None:
@@ -247,8 +250,7 @@ def _device(w: Writers, run_id: str, dev: int, n_kernels: int, sigs: pa.Table, t
         "text": pa.array([f"train_step {i}" for i in range(steps)] + ["forward"] * steps + ["backward"] * steps),
         "depth": np.repeat(np.array([0, 1, 1], dtype=np.int32), steps)}))
 
-    # GPU metrics: long format, every metric at every sample; values follow the running kernel and communication
-    metric_names = pa.array(METRICS)
+    # GPU metrics, stored wide: every metric at every sample; values follow the running kernel and communication
     per_chunk = CHUNK_ROWS * 2 // len(METRICS)
     for t0 in range(t_begin, t_end, per_chunk * sample_ns):
         ts = np.arange(t0, min(t_end, t0 + per_chunk * sample_ns), sample_ns, dtype=np.int64)
@@ -266,11 +268,10 @@ def _device(w: Writers, run_id: str, dev: int, n_kernels: int, sigs: pa.Table, t
             comm * 60.0 + np.abs(noise[4]),
         ], axis=1)
         vals[:, [0, 1, 2, 4]] = np.clip(vals[:, [0, 1, 2, 4]], 0.0, 100.0)
-        m = vals.size
-        w.write("gpu_metrics", _table("gpu_metrics", m, {
-            "run_id": run_id, "device_id": dev, "ts_ns": np.repeat(ts, len(METRICS)),
-            "metric": metric_names.take(pa.array(np.tile(np.arange(len(METRICS), dtype=np.int8), len(ts)))),
-            "value": vals.ravel()}))
+        samples = _table("gpu_metrics", len(ts), {"run_id": run_id, "device_id": dev, "ts_ns": ts})
+        for i in np.argsort(METRICS):  # the writer's column order
+            samples = samples.append_column(METRICS[i], pa.array(vals[:, i]))
+        w.write("gpu_metrics", samples)
 
 
 def generate(root: Path, kernels: int, devices: int, metrics_hz: int, seed: int) -> dict[str, int]:
@@ -506,7 +507,7 @@ def main() -> int:
                     for sec, n, typ, nrows, brief in hot_operators(json.loads(prof.read_text())):
                         print(f"      {sec:7.2f} s x{n:<3} {typ:<15} {nrows:>13,} rows  {brief[:140]}")
 
-        samples = rows.get("gpu_metrics", 0)
+        samples = rows.get("gpu_metrics", 0) * len(METRICS)  # values: a sample of each metric, as nsys counts them
         print()
         header = (f"{'kernels':>12} {'devices':>8} {'metric samples':>15} {'wall s':>8} {'CPU s':>8} "
                   f"{'peak RSS MiB':>13}  targets")

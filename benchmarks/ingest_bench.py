@@ -261,7 +261,7 @@ def _child(argv: list[str]) -> None:
         timed(adapter.Adapter, table, f"{table}: read + query")
     timed(schema, "write", "small tables: Parquet write")
     timed(adapter.Adapter, "gpu_metrics", "gpu_metrics: setup")
-    timed(ingest_mod, "write_streamed", "gpu_metrics: stream (parallel read + lookup + write)")
+    timed(ingest_mod, "write_wide", "gpu_metrics: stream (parallel read + lookup + widen + write)")
 
     def recording(method: str) -> None:
         """Note which columns of which tables ingest reads through ``SqliteSource.<method>``."""

@@ -155,6 +155,27 @@ def raw_query(db: Path, sql: str, params: tuple = ()) -> list[tuple]:
         con.close()
 
 
+def long_metrics(wide):
+    """A wide GPU-metrics table (a row per GPU and sample time, a column per metric) as the long rows it stores: a
+    pyarrow table of (run_id,) device_id, ts_ns, metric, value, one row per value present, in no set order."""
+    import pyarrow as pa
+
+    keys = [n for n in ("run_id", "device_id", "ts_ns") if n in wide.column_names]
+    parts = []
+    for name in wide.column_names:
+        if name in keys:
+            continue
+        present = wide.filter(wide.column(name).is_valid())
+        parts.append(pa.table({**{k: present.column(k) for k in keys},
+                               "metric": pa.repeat(pa.scalar(name), present.num_rows).cast(pa.string()),
+                               "value": present.column(name)}))
+    if not parts:
+        empty = {"run_id": pa.string(), "device_id": pa.int32(), "ts_ns": pa.int64()}
+        return pa.table({**{k: pa.array([], empty[k]) for k in keys}, "metric": pa.array([], pa.string()),
+                         "value": pa.array([], pa.float64())})
+    return pa.concat_tables(parts)
+
+
 # -- ingested runs (one per trace per session) --------------------------------------------------
 
 def _ingest(tmp_path_factory, name: str, trace: Path, **kwargs) -> Path:

@@ -27,7 +27,7 @@ from pathlib import Path
 from traceql import store
 
 COMMANDS = ("ingest", "sql", "attribute", "report", "collect", "overlap", "migrate")
-TEMP_GLOBS = (".tmp-*", ".manifest-*", ".*.tmp", "*.tmp", "runs/*/.*.migrating")
+TEMP_GLOBS = (".tmp-*", ".manifest-*", ".*.tmp", "*.tmp", "runs/*/.*.migrating", "runs/*/.*.merging")
 
 
 @dataclass

@@ -146,7 +146,7 @@ def samples(metric: str, start_ns: int, end_ns: int, value: float, *, period_ns:
 
 
 def _table(name: str, rows: Sequence[dict], run_id: str) -> pa.Table:
-    target = schema.TABLES[name]
+    target = schema.LONG.get(name, schema.TABLES[name])  # GPU metrics given long, as nsys writes them (stored wide)
     cols = {}
     for f in target:
         if f.name == "run_id":

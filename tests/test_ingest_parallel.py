@@ -79,15 +79,30 @@ def test_read_with_rowid_gaps(overlap_sqlite, tmp_path):
 
 
 def test_ingested_file_equals_raw_join(overlap_run, overlap_sqlite):
+    """GPU metrics are stored wide: a row per GPU and sample time, in time order per GPU, a DOUBLE column per metric
+    named as nsys names it; unpivoted (the long view ``gpu_metrics``) they are the export's rows, every one."""
+    import traceql
+
     (run_id,) = json.loads((overlap_run / "manifest.json").read_text())["runs"]
     path = store.run_dir(overlap_run, run_id) / "gpu_metrics.parquet"
-    assert pq.read_schema(path).remove_metadata() == schema.TABLES["gpu_metrics"]  # plain strings, not dictionaries
-    assert schema.check_file(path) == "gpu_metrics"
+    stored = pq.read_schema(path).remove_metadata()
+    assert stored.names[:3] == schema.TABLES["gpu_metrics"].names  # plain strings, not dictionaries
+    assert stored.field("run_id").type == pa.string()
+    assert schema.check_file(path, "gpu_metrics") == "gpu_metrics"
+    want = raw_query(overlap_sqlite, RAW_METRICS)
+    assert stored.names[3:] == sorted({name for _, _, name, _ in want})
+    assert all(f.type == pa.float64() for f in stored if f.name not in schema.TABLES["gpu_metrics"].names)
     table = pq.read_table(path)
-    assert table.schema.remove_metadata() == schema.TABLES["gpu_metrics"]
     assert set(table.column("run_id").to_pylist()) == {run_id}
-    rows = list(zip(*(table.column(n).to_pylist() for n in ("device_id", "ts_ns", "metric", "value")), strict=True))
-    assert rows == raw_query(overlap_sqlite, RAW_METRICS)
+    keys = list(zip(table.column("device_id").to_pylist(), table.column("ts_ns").to_pylist(), strict=True))
+    assert len(set(keys)) == len(keys) == len({(d, t) for d, t, _, _ in want})
+    for device in {d for d, _ in keys}:
+        times = [t for d, t in keys if d == device]
+        assert times == sorted(times)
+    con = traceql.connect(overlap_run)
+    rows = con.sql("SELECT device_id, ts_ns, metric, value FROM gpu_metrics").fetchall()
+    assert sorted(rows) == sorted(want)
+    assert con.sql("SELECT count(*) FROM gpu_metrics_wide").fetchall() == [(len(keys),)]
 
 
 def test_same_content_elsewhere_is_already_ingested(overlap_sqlite, tmp_path):

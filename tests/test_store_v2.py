@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
-from conftest import H200, run_cli
+from conftest import H200, long_metrics, run_cli
 
 import traceql
 from traceql import store
@@ -29,6 +29,15 @@ def v1_store(tmp_path) -> Path:
     dst = tmp_path / "v1"
     shutil.copytree(V1, dst)
     return dst
+
+
+def _same_tables(folder: Path, migrated: dict[str, int], before: dict[str, int]) -> None:
+    """The rows a migrated run records per table: those it had, but GPU metrics' (stored wide: a row per sample)."""
+    assert {t: n for t, n in migrated.items() if t != "gpu_metrics"} == \
+        {t: n for t, n in before.items() if t != "gpu_metrics"}
+    wide = pq.read_table(folder / "gpu_metrics.parquet")
+    assert migrated["gpu_metrics"] == wide.num_rows and long_metrics(wide).num_rows == before["gpu_metrics"]
+    assert wide.num_rows < before["gpu_metrics"] or before["gpu_metrics"] == 0
 
 
 def _rows(path: Path | pa.Table) -> list[tuple]:
@@ -58,7 +67,9 @@ def test_migrate_a_real_layout_1_store(v1_store):
     assert manifest["layout"] == store.LAYOUT and sorted(manifest["runs"]) == sorted(before)
     old_index = json.loads((V1 / "manifest.json").read_text())["runs"]
     for rid, entry in old_index.items():  # what the old index said of each run (labels added by collect) is kept
-        assert {k: manifest["runs"][rid].get(k) for k in entry} == entry
+        assert {k: manifest["runs"][rid].get(k) for k in entry if k != "tables"} == \
+            {k: v for k, v in entry.items() if k != "tables"}
+        _same_tables(store.run_dir(v1_store, rid), manifest["runs"][rid]["tables"], entry["tables"])
     assert any(e.get("labels") for e in old_index.values())
     for rid, tables in before.items():
         folder = store.run_dir(v1_store, rid)
@@ -72,6 +83,11 @@ def test_migrate_a_real_layout_1_store(v1_store):
                     assert migrated.column("sig").to_pylist() == signature_ids(table, migrated).to_pylist()
                     assert migrated.column("sig").null_count == 0
                     migrated = migrated.drop(["sig"])
+                if table == "gpu_metrics":  # stored wide: the same values, a row per GPU and sample time
+                    keys = list(zip(migrated.column("device_id").to_pylist(), migrated.column("ts_ns").to_pylist(),
+                                    strict=True))
+                    assert len(set(keys)) == len(keys)
+                    migrated = long_metrics(migrated)
                 assert _rows(migrated) == rows, (rid, table)
         kernels = pq.read_table(folder / "kernels.parquet")
         assert kernels.equals(kernels.sort_by(KERNEL_ORDER))
@@ -163,8 +179,9 @@ def test_migrate_takes_the_index_entry_of_a_run_without_run_json(v1_store):
     migrated = store.read_manifest(v1_store)["runs"]
     assert sorted(migrated) == sorted(entries)
     for rid, entry in entries.items():
-        assert {k: migrated[rid][k] for k in ("source_path", "sha256", "format", "tables")} == \
-            {k: entry[k] for k in ("source_path", "sha256", "format", "tables")}
+        assert {k: migrated[rid][k] for k in ("source_path", "sha256", "format")} == \
+            {k: entry[k] for k in ("source_path", "sha256", "format")}
+        _same_tables(store.run_dir(v1_store, rid), migrated[rid]["tables"], entry["tables"])
     assert traceql.connect(v1_store).sql("SELECT count(*) FROM kernels").fetchall()[0][0] == 70
     assert store.migrate(v1_store) is None
 

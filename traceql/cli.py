@@ -532,6 +532,9 @@ def schema_cmd() -> None:
         typer.echo(f"{name}: {s.DESCRIPTIONS[name]}")
         for f in sch:
             typer.echo(f"  {f.name:<24} {f.type}")
+        if name in s.WIDE:  # stored wide (the view NAME_wide); the view NAME is long
+            typer.echo(f"  {'<a column per metric>':<24} {s.WIDE[name]}  (stored: the view {name}_wide)")
+            typer.echo(f"  as the view {name}: " + ", ".join(f"{f.name} {f.type}" for f in s.LONG[name]))
     typer.echo("\nanalysis views (queries/; helpers starting with _ are left out):")
     for file, sql in query_files():
         if file.startswith("_"):

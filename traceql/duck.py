@@ -71,6 +71,11 @@ def memory_limit_bytes() -> int | None:
     return int(float(m.group(1)) * _UNITS[m.group(2)])
 
 
+def identifier(name: str) -> str:
+    """``name`` quoted as an SQL identifier (a column named by nsys, with spaces, brackets or quotes)."""
+    return '"' + name.replace('"', '""') + '"'
+
+
 def connect() -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB connection with one thread per usable CPU.
 

@@ -96,6 +96,39 @@ def create_views(con: duckdb.DuckDBPyConnection, only: Collection[str] | None = 
     return [view for view, _ in created]
 
 
+def metric_projection(con: duckdb.DuckDBPyConnection, wide: str = "gpu_metrics_wide") -> str | None:
+    """``_metric_wide`` as a projection of the stored wide GPU metrics (``wide``): each of its columns from the
+    columns of the metrics that ``_metric_keys`` gives it, combined as it says, row by row, where the reference SQL
+    (``_metric_wide.sql``) unpivots every metric of every sample and groups them again. The same rows: a sample with
+    a value of at least one metric named there. None where ``wide`` has no metric column."""
+    keys = [c for c, _ in header_columns(dict(query_files())["_metric_wide.sql"])]
+    fixed = keys[:3]  # run_id, device_id, ts_ns
+    own = [c for (c,) in con.execute(f"SELECT column_name FROM (DESCRIBE {duck.identifier(wide)})").fetchall()
+           if c not in fixed]
+    if not own:
+        return None
+    rules = con.execute("""SELECT c.name, arg_min(k.key, k.rank), arg_min(k.combine, k.rank)
+                           FROM (SELECT unnest($1::VARCHAR[]) AS name) c JOIN _metric_keys k ON c.name LIKE k.pattern
+                           GROUP BY c.name""", [own]).fetchall()
+    feeds = {key: [(duck.identifier(n), combine) for n, k, combine in sorted(rules, key=lambda r: own.index(r[0]))
+                   if k == key] for key in keys[3:]}
+    select = []
+    for key, cols in feeds.items():
+        names = [c for c, _ in cols]
+        if not names:
+            expr = "NULL"
+        elif len(names) == 1:
+            expr = names[0]
+        elif cols[0][1] == "sum":  # NULL where none has a value, as sum() of no rows
+            expr = (f"CASE WHEN coalesce({', '.join(names)}) IS NULL THEN NULL "
+                    f"ELSE {' + '.join(f'coalesce({n}, 0)' for n in names)} END")
+        else:
+            expr = f"greatest({', '.join(names)})"  # NULLs left out, as max()
+        select.append(f"({expr})::DOUBLE AS {key}")
+    present = " OR ".join(f"{c} IS NOT NULL" for cols in feeds.values() for c, _ in cols) or "false"
+    return f"SELECT {', '.join(fixed)}, {', '.join(select)} FROM {duck.identifier(wide)} WHERE {present}"
+
+
 def _in_dependency_order(views: list[tuple[str, str]]) -> list[tuple[str, str]]:
     """``views`` (name, SQL) ordered so that each comes after the views its SQL names outside comments (a name in a
     string counts too: a needless edge only moves a view later); a circle is broken in the given order (its views are

@@ -33,6 +33,7 @@ from ..sources.nsys.adapter import adapter_for
 from ..sources.nsys.locate import export_report
 from ..sources.nsys.source import open_source
 from ..store import remote, schema, screen
+from ..store.metrics import metric_names, write_wide
 from ..store.writer import ORDERS, ROW_GROUP, RunInfo, finish_run, write_streamed
 from ..version import __version__
 
@@ -241,8 +242,9 @@ def _read_table(adapter, table: str, run_id: str, folder: Path, trace: Path) -> 
     """Read ``table`` from the export and write ``folder/TABLE.parquet``: GPU metrics streamed (the largest table,
     never held whole), the others through :func:`_write_table`; the rows written, and the rows dropped by reason."""
     if table == "gpu_metrics":
-        rows = write_streamed(table, adapter.gpu_metrics(), run_id, folder / f"{table}.parquet")
-        return rows, adapter.dropped_samples()
+        batches = adapter.gpu_metrics()
+        rows, dropped = write_wide(batches, metric_names(adapter.metric_names()), run_id, folder / f"{table}.parquet")
+        return rows, {**adapter.dropped_samples(), **{f"{table}.{k}": n for k, n in dropped.items() if n}}
     return _write_table(table, getattr(adapter, table)(), run_id, folder, trace)
 
 

@@ -145,7 +145,7 @@ def parse(text: str, *, name: str, source: str, views: set[str] | None = None) -
 
         views = {n.removesuffix(".sql") for n, _ in query_files() if not n.startswith("_")}
         views |= {"runs", "devices", "processes", "kernels", "memcpy", "memset", "nvtx", "runtime_api",
-                  "gpu_metrics", "power", "ncu_metrics", "ncu_kernels"}
+                  "gpu_metrics", "gpu_metrics_wide", "power", "ncu_metrics", "ncu_kernels"}
 
     def fail(msg: str) -> BadInputError:
         return BadInputError(f"{source}: {msg}")

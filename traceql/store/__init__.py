@@ -10,10 +10,12 @@ Layout::
 Run folders are named Hive-style (``run_id=...``), so other engines read a table of every run with partition
 discovery as well as from the ``run_id`` column every file carries: ``read_parquet('RUN_DIR/runs/*/kernels.parquet',
 hive_partitioning = true)`` in DuckDB, ``polars.scan_parquet(..., hive_partitioning=True)``, ``pyarrow.dataset`` with
-``partitioning="hive"``. This is layout 3, in which every kernel, copy and set carries its signature id
-(``sig``); a store of layout 1 (``runs/<run_id>/``) or 2 (no ``sig``) is refused with the command that migrates it
-(:func:`migrate`). Opening a store reads its index, not every file: a file is checked (its footer: schema version,
-table, columns) when its size is not the one its run recorded at ingest.
+``partitioning="hive"``. This is layout 4, in which every kernel, copy and set carries its signature id
+(``sig``), and GPU metrics are stored wide (a row per GPU and sample time, a column per metric:
+:mod:`traceql.store.metrics`); a store of layout 1 (``runs/<run_id>/``), 2 (no ``sig``) or 3 (GPU metrics a row per
+sample and metric) is refused with the command that migrates it (:func:`migrate`). Opening a store reads its index,
+not every file: a file is checked (its footer: schema version, table, columns) when its size is not the one its run
+recorded at ingest.
 
 A run is written in a staging folder and moved into ``runs/`` in one rename, with its ``run.json``, so a crash
 mid-ingest leaves no half run. Each writer writes only its own files: the manifest is an index that the process
@@ -49,10 +51,11 @@ from . import schema
 MANIFEST = "manifest.json"
 RUN_INFO = "run.json"
 STORE_FORMAT = "traceql-run-store"
-# 3: runs/run_id=<run_id>/, file sizes in run.json, signature ids (sig) in kernels, memcpy and memset;
-# 2: the same without sig; 1: runs/<run_id>/
-LAYOUT = 3
-LAYOUTS = {1: "runs/<run_id>/", 2: "no signature ids"}
+# 4: runs/run_id=<run_id>/, file sizes in run.json, signature ids (sig) in kernels, memcpy and memset, GPU metrics
+# wide (a row per GPU and sample time); 3: the same with GPU metrics long (a row per sample and metric); 2: nor sig;
+# 1: runs/<run_id>/
+LAYOUT = 4
+LAYOUTS = {1: "runs/<run_id>/", 2: "no signature ids", 3: "GPU metrics stored long"}
 RUN_PREFIX = "run_id="
 
 
@@ -203,12 +206,13 @@ def reindex(root: Path, entries: dict[str, dict] | None = None) -> dict:
 
 
 def migrate(root: Path, progress: Callable[[int, int, str], None] | None = None) -> int | None:
-    """Bring the store ``root`` from layout 1 (``runs/<run_id>/``) or 2 (no signature ids) to this traceql's layout,
-    in place; return the number of runs migrated (None for a store of the current layout).
+    """Bring the store ``root`` from layout 1 (``runs/<run_id>/``), 2 (no signature ids) or 3 (GPU metrics long) to
+    this traceql's layout, in place; return the number of runs migrated (None for a store of the current layout).
 
     Per run: its files are checked (footers); kernels, copies and sets get their signature ids (``sig``, the ids a
-    fresh ingest gives: :mod:`traceql.store.signature`), a file at a time and streamed; the sizes of its files go
-    into its ``run.json``. A run of layout 1 also has a ``runs`` file written before a column existed completed
+    fresh ingest gives: :mod:`traceql.store.signature`) and GPU metrics are turned wide (the rows a fresh ingest
+    gives: :mod:`traceql.store.metrics`), a file at a time and streamed; the sizes of its files go into its
+    ``run.json``. A run of layout 1 also has a ``runs`` file written before a column existed completed
     (NULL), its kernels put in file order (:data:`traceql.store.writer.KERNEL_ORDER`) and its folder renamed to
     ``run_id=<run_id>`` (one rename: a run is in one layout or the other); it keeps its entry in the index (a run of a
     store written before runs had their own ``run.json`` has no other), completed by its ``run.json``. Each file is
@@ -260,7 +264,7 @@ def migrate(root: Path, progress: Callable[[int, int, str], None] | None = None)
             folder, rid = root / "runs" / name, run_id_of(name)
             if (info := described(folder, rid)) is None:
                 continue
-            done += _add_signatures(folder)
+            done += _upgrade(folder, info)
             finish(folder, rid, info)  # sizes recorded again, also where an interrupted migration replaced a file
             if progress is not None:
                 progress(i + 1, len(placed) + len(folders), rid)
@@ -276,7 +280,7 @@ def migrate(root: Path, progress: Callable[[int, int, str], None] | None = None)
             _rewrite(old / "runs.parquet", _added_columns)
             _rewrite(old / "kernels.parquet", lambda t: t.sort_by(KERNEL_ORDER)
                      if t.num_rows and not t.equals(t.sort_by(KERNEL_ORDER)) else None)
-            _add_signatures(old)
+            _upgrade(old, info)
             finish(old, name, info)
             old.rename(run_dir(root, name))
             done += 1
@@ -286,40 +290,62 @@ def migrate(root: Path, progress: Callable[[int, int, str], None] | None = None)
         raise BadInputError(f"{unwritable(root, exc)}; then run `traceql migrate {root}` again, which goes on where "
                             "this one stopped") from exc
     fresh = new_manifest()
-    # the runs of the old index that are in the new layout, with the sizes of their files as migrated (from their
-    # run.json), then every other migrated run
-    fresh["runs"] = {rid: {**e, "files": own.get("files", {})} for rid, e in (manifest.get("runs") or {}).items()
+    # the runs of the old index that are in the new layout, with the sizes and rows of their files as migrated (from
+    # their run.json), then every other migrated run
+    fresh["runs"] = {rid: {**e, **{k: own[k] for k in ("files", "tables", "repairs") if k in own}}
+                     for rid, e in (manifest.get("runs") or {}).items()
                      if isinstance(e, dict) and (own := read_run_info(run_dir(root, rid))) is not None}
     _add_unindexed(root, fresh, quiet=True)
     _write_manifest(root, fresh)
     return done
 
 
-def _add_signatures(folder: Path) -> bool:
-    """Add the signature id (``sig``) to the kernels, copies and sets of the run in ``folder`` whose files lack it,
-    a row group at a time; whether any file changed."""
-    from .signature import PARTS
+# the tables whose files a migration to this layout rewrites
+MIGRATED_TABLES = (*schema.MIGRATED, "gpu_metrics")
+
+
+def outdated(path: Path, table: str) -> bool:
+    """Whether the file ``path`` of ``table`` is of an earlier layout, which a migration rewrites: kernels, copies and
+    sets without signature ids, GPU metrics stored long."""
+    names = pq.read_schema(path).names
+    return "metric" in names if table == "gpu_metrics" else bool(schema.MIGRATED.get(table, set()) - set(names))
+
+
+def _upgrade(folder: Path, info: dict) -> bool:
+    """Bring the files of the run in ``folder`` to this layout, each streamed a row group at a time: signature ids
+    (``sig``) added to kernels, copies and sets, GPU metrics turned wide (``info``, the run's record, gets the rows
+    and any repairs of that); whether any file changed."""
+    from .metrics import metric_names, write_wide
     from .writer import write_streamed
 
     changed = False
-    for table in PARTS:
+    run_id = run_id_of(folder) or folder.name
+    for table in MIGRATED_TABLES:
         f = folder / f"{table}.parquet"
-        if not f.is_file() or "sig" in pq.read_schema(f).names:
+        if not f.is_file() or not outdated(f, table):
             continue
         schema.check_file(f, table, migrating=True)
-        source = pq.ParquetFile(f)
+        source = pq.ParquetFile(f, read_dictionary=["metric"]) if table == "gpu_metrics" else pq.ParquetFile(f)
         run_ids = set()
 
-        def batches(source=source, run_ids=run_ids, table=table):
+        def groups(source=source, run_ids=run_ids):
             for group in range(source.num_row_groups):
                 rows = source.read_row_group(group)
                 run_ids.update(rows.column("run_id").unique().to_pylist())
-                yield from schema.conform(table, rows).to_batches()
+                yield rows
 
         tmp = f.with_name(f".{f.name}.migrating")
-        run_id = run_id_of(folder) or folder.name
         try:
-            write_streamed(table, batches(), run_id, tmp)
+            if table == "gpu_metrics":
+                names = {n for g in range(source.num_row_groups)
+                         for n in source.read_row_group(g, ["metric"]).column("metric").unique().to_pylist()}
+                rows, dropped = write_wide(groups(), metric_names(names), run_id, tmp)
+                info.setdefault("tables", {})[table] = rows
+                info["repairs"] = {**info.get("repairs", {}),
+                                   **{f"{table}.{k}": n for k, n in dropped.items() if n}}
+            else:
+                write_streamed(table, (b for rows in groups() for b in schema.conform(table, rows).to_batches()),
+                               run_id, tmp)
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
@@ -537,25 +563,63 @@ def connect(run_dirs: Sequence[str | Path] | str | Path, con: duckdb.DuckDBPyCon
     con.unregister("_store_files_arrow")
     for table in files:
         con.register(f"_empty_{table}", schema.empty(table))
+    for table, long in schema.LONG.items():
+        con.register(f"_empty_{table}_long", long.empty_table())
     if views:
         # the analysis views are bound against the tables' empty stand-ins: binding a view over thousands of files
         # (every footer, where a table reads its files by name) would cost more than the views themselves
         for table in files:
-            con.execute(f'CREATE OR REPLACE VIEW "{table}" AS SELECT * FROM "_empty_{table}"')
+            _empty_views(con, table)
         from ..queries_loader import create_views
 
         create_views(con)
     for table, paths in files.items():
         if not paths:
-            con.execute(f'CREATE OR REPLACE VIEW "{table}" AS SELECT * FROM "_empty_{table}"')
+            _empty_views(con, table)
             continue
         sources = "[" + ", ".join(_sql_str(str(p)) for p in paths) + "]"
-        if table in partial:  # a file without a column added later (schema.ADDED_LATER): that column reads as NULL
+        if table in schema.WIDE:  # the files' own columns differ (GPU metrics): each footer is read, once
+            con.execute(f'CREATE OR REPLACE VIEW "{stored_view(table)}" AS '
+                        f"SELECT * FROM read_parquet({sources}, union_by_name = true)")
+            _long_view(con, table)
+        elif table in partial:  # a file without a column added later (schema.ADDED_LATER): that column reads as NULL
             con.execute(f'CREATE OR REPLACE VIEW "{table}" AS SELECT * FROM "_empty_{table}" '
                         f"UNION ALL BY NAME SELECT * FROM read_parquet({sources}, union_by_name = true)")
         else:  # every file has every column (ingest writes them all, migrate adds the later ones): no footer is read
             con.execute(f'CREATE OR REPLACE VIEW "{table}" AS SELECT * FROM read_parquet({sources})')
+    if views and files["gpu_metrics"]:
+        from ..queries_loader import metric_projection
+
+        if (sql := metric_projection(con)) is not None:  # the attribution's metrics read from their columns
+            con.execute(f"CREATE OR REPLACE VIEW _metric_wide AS {sql}")
     return con
+
+
+def stored_view(table: str) -> str:
+    """The view that reads ``table``'s files as they are stored: ``gpu_metrics_wide`` for GPU metrics (whose view
+    ``gpu_metrics`` is long), the table's own name for the others."""
+    return f"{table}_wide" if table in schema.WIDE else table
+
+
+def _empty_views(con: duckdb.DuckDBPyConnection, table: str) -> None:
+    """``table``'s views over its empty stand-in (no files, or the analysis views being bound)."""
+    con.execute(f'CREATE OR REPLACE VIEW "{stored_view(table)}" AS SELECT * FROM "_empty_{table}"')
+    if table in schema.LONG:
+        con.execute(f'CREATE OR REPLACE VIEW "{table}" AS SELECT * FROM "_empty_{table}_long"')
+
+
+def _long_view(con: duckdb.DuckDBPyConnection, table: str) -> None:
+    """The long view of a WIDE table (a row per key and column of its own, NULLs left out) over its stored view."""
+    wide = stored_view(table)
+    keys = schema.TABLES[table].names
+    own = [c for (c,) in con.execute(f"SELECT column_name FROM (DESCRIBE \"{wide}\")").fetchall() if c not in keys]
+    if not own:
+        con.execute(f'CREATE OR REPLACE VIEW "{table}" AS SELECT * FROM "_empty_{table}_long"')
+        return
+    long = schema.LONG[table]
+    name, value = long.names[len(keys):]
+    con.execute(f'CREATE OR REPLACE VIEW "{table}" AS SELECT {", ".join(long.names)} FROM '
+                f'(UNPIVOT "{wide}" ON COLUMNS(* EXCLUDE ({", ".join(keys)})) INTO NAME {name} VALUE {value})')
 
 
 def _complete(root: Path, run_id: str) -> dict:
@@ -603,8 +667,13 @@ def lock_files(con: duckdb.DuckDBPyConnection) -> None:
 
     rows = con.sql("SELECT table_name, list(path ORDER BY path) FROM _store_files GROUP BY ALL").fetchall()
     for table, paths in rows:
-        con.register(f"_files_{table}", ds.dataset(paths, schema=schema.TABLES[table], format="parquet"))
-        con.execute(f'CREATE OR REPLACE VIEW "{table}" AS SELECT * FROM "_files_{table}"')
+        if table in schema.WIDE:  # the files' columns, as many as they have between them
+            columns = [n for p in paths for n in pq.read_schema(p).names]
+            table_schema = schema.stored(table, list(dict.fromkeys(columns)))
+        else:
+            table_schema = schema.TABLES[table]
+        con.register(f"_files_{table}", ds.dataset(paths, schema=table_schema, format="parquet"))
+        con.execute(f'CREATE OR REPLACE VIEW "{stored_view(table)}" AS SELECT * FROM "_files_{table}"')
     duck.lock_kept_files(con)  # the tables analysis.prepare wrote to files
     con.execute("SET enable_external_access = false")
     con.execute("SET lock_configuration = true")

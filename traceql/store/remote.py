@@ -28,7 +28,6 @@ from collections.abc import Collection, Iterator, Sequence
 from pathlib import Path
 
 import duckdb
-import pyarrow.parquet as pq
 
 from ..errors import BadInputError, TraceqlError
 from ..sources import urls
@@ -251,13 +250,13 @@ def write_index(url: str, entries: dict[str, dict]) -> dict:
 
 
 def migrate(url: str, progress=None) -> int | None:
-    """:func:`traceql.store.migrate` for a store at a URL, from layout 2: each run's kernels, copies and sets are
-    downloaded, given their signature ids, and uploaded over the old ones (each object whole), then the run's
-    ``run.json`` with the new sizes, and the index last, as a local migration goes. The other tables' files, which a
-    migration leaves as they are, are not downloaded. A store of layout 1 is refused: its runs' folders are renamed by
-    a migration, and object stores have no rename. Errors name the URL."""
+    """:func:`traceql.store.migrate` for a store at a URL, from layout 2 or 3: each run's kernels, copies and sets
+    (layout 2) and GPU metrics are downloaded, migrated (signature ids, GPU metrics wide) and uploaded over the old
+    ones (each object whole), then the run's ``run.json`` with the new sizes, and the index last, as a local migration
+    goes. The other tables' files, which a migration leaves as they are, are not downloaded. A store of layout 1 is
+    refused: its runs' folders are renamed by a migration, and object stores have no rename. Errors name the URL."""
+    from . import MIGRATED_TABLES, outdated
     from . import migrate as migrate_local
-    from .signature import PARTS
 
     remote = _Remote(url)
     with tempfile.TemporaryDirectory(prefix="traceql-migrate-") as tmp:
@@ -283,7 +282,7 @@ def migrate(url: str, progress=None) -> int | None:
         except FileNotFoundError:
             folders = []
         lacking: dict[str, list[str]] = {}  # the files of each run that the migration rewrites
-        if layout == 2:  # else the local migration says from the index alone that it is current, or what is wrong
+        if layout in (2, 3):  # else the local migration says from the index alone that it is current, or what is wrong
             for name in folders:
                 if (rid := run_id_of(name)) is None:
                     continue
@@ -294,12 +293,12 @@ def migrate(url: str, progress=None) -> int | None:
                 with contextlib.suppress(FileNotFoundError):
                     _calling(remote, remote.fs.get_file, remote.path("runs", name, RUN_INFO), str(local / RUN_INFO),
                              what=remote.name("runs", name, RUN_INFO))
-                for table in PARTS:
+                for table in MIGRATED_TABLES if layout == 2 else ("gpu_metrics",):  # what layout 3 lacks
                     with contextlib.suppress(FileNotFoundError):
                         _calling(remote, remote.fs.get_file, remote.path("runs", name, f"{table}.parquet"),
                                  str(local / f"{table}.parquet"), what=remote.name("runs", name, f"{table}.parquet"))
-                lacking[rid] = [t for t in PARTS if (local / f"{t}.parquet").is_file()
-                                and "sig" not in pq.read_schema(local / f"{t}.parquet").names]
+                lacking[rid] = [t for t in MIGRATED_TABLES if (local / f"{t}.parquet").is_file()
+                                and outdated(local / f"{t}.parquet", t)]
         try:
             done = migrate_local(mirror, progress)
         except TraceqlError as exc:

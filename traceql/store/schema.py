@@ -7,6 +7,7 @@ Times are int64 nanoseconds on the trace's own timeline; units end column names.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import pyarrow as pa
@@ -69,7 +70,8 @@ _TABLES: dict[str, pa.Schema] = {
         ("global_pid", i64), ("global_tid", i64), ("tid", i64), ("start_ns", i64), ("end_ns", i64), ("dur_ns", i64),
         ("name", s), ("correlation_id", i64), ("return_value", i64),
     ),
-    "gpu_metrics": _schema(("device_id", i32), ("ts_ns", i64), ("metric", s), ("value", f64)),
+    # and a DOUBLE column per metric, named as nsys names it: the columns differ between runs (WIDE)
+    "gpu_metrics": _schema(("device_id", i32), ("ts_ns", i64)),
     "power": _schema(
         ("device_id", i32), ("uuid", s), ("ts_ns", i64), ("power_w", f64), ("energy_j", f64), ("sm_clock_mhz", f64),
         ("mem_clock_mhz", f64), ("temp_c", f64), ("throttle_reasons", i64), ("power_limit_w", f64),
@@ -94,6 +96,11 @@ TABLES: dict[str, pa.Schema] = {
     for name, schema in _TABLES.items()
 }
 
+# Tables stored with columns of their own beyond the declared ones: GPU metrics, a DOUBLE column per metric (the
+# metrics sampled depend on the GPU and the nsys version); readers get them long too (LONG)
+WIDE = {"gpu_metrics": pa.float64()}
+LONG = {"gpu_metrics": pa.schema([*TABLES["gpu_metrics"], pa.field("metric", s), pa.field("value", f64)])}
+
 # What each table holds, for docs and `traceql schema`.
 DESCRIPTIONS = {
     "runs": "one row per ingested trace: where it came from (path, sha256), the tool and export schema versions, "
@@ -107,7 +114,8 @@ DESCRIPTIONS = {
     "memset": "one row per memset; `sig`: the same bytes, the same id",
     "nvtx": "one row per NVTX range or mark, with its thread, nesting depth and parsed case:/key=value labels",
     "runtime_api": "one row per CUDA runtime/driver API call; correlation_id links it to its kernel or copy",
-    "gpu_metrics": "one row per (GPU, sample, metric): nsys GPU metrics sampling, long format",
+    "gpu_metrics": "one row per (GPU, sample, metric): nsys GPU metrics sampling, long format (a view of the stored "
+                   "`gpu_metrics_wide`: one row per GPU and sample time, a column per metric)",
     "power": "one row per NVML sample (traceql collect --power): power, energy counter, clocks, throttle reasons",
     "ncu_metrics": "one row per (kernel profiled by Nsight Compute, metric), with the kernel's launch configuration",
     "ncu_kernels": "one row per kernel profiled by Nsight Compute: isolated duration, throughputs, DRAM bytes, cache "
@@ -125,6 +133,10 @@ def conform(table: str, data: pa.Table, *, dictionaries: bool = False) -> pa.Tab
     The signature id of an activity table (``sig``: :mod:`traceql.store.signature`) is derived here from the row,
     whatever ``data`` holds in its place, so that every writer stores the same ids."""
     schema = TABLES[table]
+    if table in WIDE:
+        if table in LONG and "metric" in data.column_names:  # one row per sample and metric: stored wide
+            data = _widened(data)
+        schema = stored(table, data.column_names)
     if table in PARTS:
         ids = signature_ids(table, data)
         data = data.drop(["sig"]) if "sig" in data.column_names else data
@@ -139,18 +151,40 @@ def conform(table: str, data: pa.Table, *, dictionaries: bool = False) -> pa.Tab
     return data.select(schema.names).cast(schema)
 
 
+def _widened(data: pa.Table) -> pa.Table:
+    """GPU metrics of one run, one row per sample and metric, as the wide rows the store keeps."""
+    from .metrics import widen
+
+    runs = data.column("run_id").unique() if "run_id" in data.column_names else None
+    if runs is not None and len(runs) > 1:
+        raise AssertionError("GPU metrics of several runs are not widened together")  # a traceql bug
+    wide, _ = widen(data)
+    if runs is None:
+        return wide
+    return wide.add_column(0, "run_id", pa.repeat(runs[0] if len(runs) else pa.scalar(None, s), wide.num_rows))
+
+
+def stored(table: str, names: Sequence[str]) -> pa.Schema:
+    """The schema of a file of ``table`` with the columns ``names``: the declared ones, and of a WIDE table the others
+    with its value type."""
+    declared = TABLES[table]
+    return pa.schema([*declared, *(pa.field(n, WIDE[table]) for n in names if n not in declared.names)]) \
+        if table in WIDE else declared
+
+
 def metadata(table: str) -> dict[bytes, bytes]:
     return {META_VERSION: str(SCHEMA_VERSION).encode(), META_TABLE: table.encode()}
 
 
-def writer(table: str, path: Path) -> pq.ParquetWriter:
-    schema = TABLES[table].with_metadata(metadata(table))
-    return pq.ParquetWriter(path, schema, compression="zstd")
+def writer(table: str, path: Path, columns: Sequence[str] = ()) -> pq.ParquetWriter:
+    """A Parquet writer of ``table``'s file; ``columns``: a WIDE table's own columns (as GPU metrics' names)."""
+    return pq.ParquetWriter(path, stored(table, columns).with_metadata(metadata(table)), compression="zstd")
 
 
 def write(table: str, data: pa.Table, path: Path) -> None:
-    with writer(table, path) as w:
-        w.write_table(conform(table, data).replace_schema_metadata(metadata(table)))
+    data = conform(table, data)
+    with writer(table, path, data.column_names) as w:
+        w.write_table(data.replace_schema_metadata(metadata(table)))
 
 
 # columns added to a table after files of it were written: a file without one reads it as NULL
@@ -190,4 +224,11 @@ def check_file(path: Path, table: str | None = None, *, migrating: bool = False)
             got = stored.field(field.name).type
             if not got.equals(field.type) and not (pa.types.is_dictionary(got) and got.value_type.equals(field.type)):
                 raise BadInputError(f"{path}: column {field.name} is {got}, not {field.type}; re-ingest the trace")
+        if table in WIDE:
+            own = [f for f in stored if f.name not in TABLES[table].names]
+            if migrating and table in LONG and {f.name for f in own} == {"metric", "value"}:
+                return name  # a layout before 4: one row per sample and metric
+            for f in own:
+                if not f.type.equals(WIDE[table]):
+                    raise BadInputError(f"{path}: column {f.name} is {f.type}, not {WIDE[table]}; re-ingest the trace")
     return name

@@ -28,6 +28,8 @@ REASONS = {
     "no_device": "on a negative or missing device id",
     "unknown_metric": "of a metric the export does not describe",
     "no_value": "without a time or value",
+    "duplicate_metric": "repeating a metric at one GPU and time (the first value is kept)",
+    "unnamed_metric": "of a metric without a name of its own",
 }
 
 

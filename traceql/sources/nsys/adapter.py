@@ -354,6 +354,11 @@ class Adapter:
         return self.source.scan("GPU_METRICS", columns, batch_rows=batch_rows, workers=workers,
                                 transform=lookup.apply)
 
+    def metric_names(self) -> list[str | None]:
+        """The names of the metrics :meth:`gpu_metrics` reads (their dictionary), once it was called."""
+        lookup = getattr(self, "_lookup", None)
+        return lookup.names.to_pylist() if lookup else []
+
     def dropped_samples(self) -> dict[str, int]:
         """GPU metric samples that :meth:`gpu_metrics` left out so far, by reason (``gpu_metrics.<reason>``)."""
         lookup = getattr(self, "_lookup", None)
