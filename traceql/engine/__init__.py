@@ -34,7 +34,7 @@ import pyarrow.compute as pc
 
 from .. import duck, stats
 from ..duck import usable_cpus
-from ..queries_loader import materialize, point_view
+from ..queries_loader import point_view
 from . import sweeps
 
 METRICS = ("sm_active_pct", "dram_pct", "gpc_clock_mhz", "nvlink_pct", "pcie_pct")
@@ -530,7 +530,7 @@ def _sweeps(con: duckdb.DuckDBPyConnection) -> None:
     power = {k: (np.ma.getdata(g["ts_ns"]), g["power_w"], g["sm_clock_mhz"], g["throttle_reasons"]) for k, g in
              _grouped(con, "SELECT run_id, device_id, ts_ns, power_w, sm_clock_mhz, throttle_reasons FROM power "
                            "WHERE ts_ns IS NOT NULL", "ts_ns")}
-    materialize(con, ("_metric_wide",))
+    # _metric_wide is read as it is (a projection of the stored wide GPU metrics), sorted by each scan
     ordered = duck.keeps_order(con)  # else sorted: the same order
     medians = _alone_medians(con, size, ordered)
     cursors = [con.cursor() for _ in range(3)]

@@ -563,8 +563,10 @@ def connect(run_dirs: Sequence[str | Path] | str | Path, con: duckdb.DuckDBPyCon
     con.unregister("_store_files_arrow")
     for table in files:
         con.register(f"_empty_{table}", schema.empty(table))
-    for table, long in schema.LONG.items():
-        con.register(f"_empty_{table}_long", long.empty_table())
+    for table, long in schema.LONG.items():  # a table, not a registered object: cursors see it (_metric_wide reads it)
+        con.register("_empty_long_arrow", long.empty_table())
+        con.execute(f'CREATE OR REPLACE TABLE "_empty_{table}_long" AS SELECT * FROM _empty_long_arrow')
+        con.unregister("_empty_long_arrow")
     if views:
         # the analysis views are bound against the tables' empty stand-ins: binding a view over thousands of files
         # (every footer, where a table reads its files by name) would cost more than the views themselves

@@ -58,42 +58,47 @@ class Widener:
     def __init__(self, names: Sequence[str]):
         self.names = list(names)
         self._lookup = pa.array(self.names, pa.string())
-        # each GPU's last sample of the last batch (device, time, metric code, value, valid), waiting for the next
-        self._held: tuple[np.ndarray, ...] | None = None
+        # each GPU's last sample of the last batch, waiting for the next (which may hold more of its metrics)
+        self._held: _Samples | None = None
         self._last: dict[int, int] = {}  # per GPU, the last sample time written
         self.ordered = True
         self.dropped = {"duplicate_metric": 0, "unnamed_metric": 0}
 
     def _columns(self, batch: pa.RecordBatch | pa.Table) -> tuple[np.ndarray, ...]:
+        """The batch's device, time, metric column (-1: none) and value, and where the value is present (None:
+        everywhere), as numpy arrays."""
         metric = batch.column("metric")
         if isinstance(metric, pa.ChunkedArray):
             metric = metric.combine_chunks()
         if pa.types.is_dictionary(metric.type):  # a code per distinct name, then per row
-            code = pc.take(pc.index_in(metric.dictionary, self._lookup), metric.indices)
+            lut = np.asarray(pc.index_in(metric.dictionary, self._lookup).fill_null(-1), np.int64)
+            code = lut[np.asarray(metric.indices.fill_null(0))] if len(lut) else np.full(len(metric), -1)
+            if metric.indices.null_count:
+                code[np.asarray(metric.indices.is_null())] = -1
         else:
-            code = pc.index_in(metric, self._lookup)
+            code = np.asarray(pc.index_in(metric, self._lookup).fill_null(-1), np.int64)
         dev, ts, value = (batch.column(c) for c in ("device_id", "ts_ns", "value"))
-        keep = pc.and_(pc.is_valid(code), pc.and_(pc.is_valid(dev), pc.is_valid(ts)))
-        if (dropped := len(keep) - (pc.sum(keep).as_py() or 0)):
-            self.dropped["unnamed_metric"] += dropped
-            code, dev, ts, value = (pc.filter(c, keep) for c in (code, dev, ts, value))
-        return (np.asarray(dev.cast(pa.int32())), np.asarray(ts.cast(pa.int64())),
-                np.asarray(code.cast(pa.int32())), pc.fill_null(value.cast(pa.float64()), np.nan).to_numpy(),
-                np.asarray(pc.is_valid(value)))
+        dev, ts, value = (c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c for c in (dev, ts, value))
+        valid = None if not value.null_count else np.asarray(value.is_valid())
+        value = np.asarray(value.cast(pa.float64()).fill_null(np.nan))
+        keep = code >= 0
+        if dev.null_count or ts.null_count:
+            keep &= np.asarray(dev.is_valid()) & np.asarray(ts.is_valid())
+        dev, ts = np.asarray(dev.cast(pa.int32()).fill_null(0)), np.asarray(ts.cast(pa.int64()).fill_null(0))
+        if not keep.all():
+            self.dropped["unnamed_metric"] += int(len(keep) - keep.sum())
+            dev, ts, code, value = dev[keep], ts[keep], code[keep], value[keep]
+            valid = None if valid is None else valid[keep]
+        return dev, ts, code, value, valid
 
     def feed(self, batch: pa.RecordBatch | pa.Table) -> pa.Table | None:
-        cols = self._columns(batch)
-        if self._held is not None:
-            cols = tuple(np.concatenate(pair) for pair in zip(self._held, cols, strict=True))
-            self._held = None
-        return self._wide(cols, last=False)
+        return self._emit(self._samples(*self._columns(batch)), last=False)
 
     def flush(self) -> pa.Table | None:
-        held, self._held = self._held, None
-        return None if held is None else self._wide(held, last=True)
+        return self._emit(None, last=True)
 
-    def _wide(self, cols: tuple[np.ndarray, ...], last: bool) -> pa.Table | None:
-        dev, ts, code, value, valid = cols
+    def _samples(self, dev, ts, code, value, valid) -> _Samples | None:
+        """The batch's rows as samples: one per (GPU, time), in time order per GPU."""
         if not len(dev):
             return None
         change = np.empty(len(dev), bool)
@@ -106,40 +111,86 @@ class Widener:
         d, t = dev[starts][by_dev], ts[starts][by_dev]
         if np.any((d[1:] == d[:-1]) & (t[1:] <= t[:-1])):
             order = np.lexsort((ts, dev))
-            dev, ts, code, value, valid = (c[order] for c in (dev, ts, code, value, valid))
+            dev, ts, code, value = dev[order], ts[order], code[order], value[order]
+            valid = None if valid is None else valid[order]
             change[1:] = (dev[1:] != dev[:-1]) | (ts[1:] != ts[:-1])
             starts = np.flatnonzero(change)
-        sample = np.cumsum(change) - 1  # each row's wide row
-        n = len(starts)
-        if not last:  # each GPU's last sample may go on in the next batch: held back until then
-            final = np.zeros(n, bool)
-            final[_last_of_each(dev[starts])] = True
-            hold = final[sample]
-            self._held = tuple(c[hold] for c in (dev, ts, code, value, valid))
-            dev, ts, code, value, valid = (c[~hold] for c in (dev, ts, code, value, valid))
-            sample = (np.cumsum(~final) - 1)[sample[~hold]]  # the samples left, numbered again
-            n = n - int(final.sum())
-            if not n:
-                return None
-            starts = np.flatnonzero(np.r_[True, sample[1:] != sample[:-1]])
-        sdev, sts = dev[starts], ts[starts]
-        for g in np.unique(sdev):
-            first = sts[sdev == g][0]
-            if first <= self._last.get(int(g), np.iinfo(np.int64).min):
-                self.ordered = False
-            self._last[int(g)] = int(sts[sdev == g][-1])
-        k = len(self.names)
-        flat = code.astype(np.int64) * n + sample  # column-major: a metric's values together
+        sample = np.cumsum(change) - 1  # each row's sample
+        n, k = len(starts), len(self.names)
+        flat = code * n + sample  # column-major: a metric's values together
         counts = np.bincount(flat, minlength=k * n)
-        self.dropped["duplicate_metric"] += int(np.maximum(counts - 1, 0).sum())
         values = np.zeros(k * n)
-        present = np.zeros(k * n, bool)
-        values[flat[::-1]] = value[::-1]  # where a (sample, metric) comes twice, the first value is kept
-        present[flat[::-1]] = valid[::-1]
-        values, present = values.reshape(k, n), present.reshape(k, n)
-        arrays = [pa.array(sdev, pa.int32()), pa.array(sts, pa.int64()),
-                  *(pa.array(values[j], pa.float64(), mask=~present[j]) for j in range(k))]
-        return pa.table(arrays, names=[*KEYS, *self.names])
+        present = counts > 0
+        if counts.max() > 1:  # where a (sample, metric) comes twice, the first value is kept
+            self.dropped["duplicate_metric"] += int((counts[present] - 1).sum())
+            flat, value = flat[::-1], value[::-1]
+            valid = None if valid is None else valid[::-1]
+        values[flat] = value
+        if valid is not None:  # a value given as NULL is absent
+            present = np.zeros(k * n, bool)
+            present[flat] = valid
+        return _Samples(dev[starts], ts[starts], values.reshape(k, n), present.reshape(k, n))
+
+    def _emit(self, batch: _Samples | None, last: bool) -> pa.Table | None:
+        """The wide rows to write now: the samples held from the last batch (those this batch goes on merged into
+        its own), then this batch's, each GPU's last held back unless ``last``."""
+        held, self._held = self._held, None
+        if held is not None and batch is not None:
+            held = batch.merge_first(held, self.dropped)
+        out = [s for s in (held, batch) if s is not None]
+        if not out:
+            return None
+        samples = out[0] if len(out) == 1 else _Samples.concat(out)
+        if not last:
+            final = np.zeros(len(samples.dev), bool)
+            final[_last_of_each(samples.dev)] = True
+            self._held, samples = samples.take(final), samples.take(~final)
+        if not len(samples.dev):
+            return None
+        for g in np.unique(samples.dev):
+            times = samples.ts[samples.dev == g]
+            if times[0] <= self._last.get(int(g), np.iinfo(np.int64).min):
+                self.ordered = False
+            self._last[int(g)] = int(times[-1])
+        return samples.table(self.names)
+
+
+class _Samples:
+    """Wide samples: device and time per sample, and a (metric, sample) matrix of values and of their presence."""
+
+    def __init__(self, dev: np.ndarray, ts: np.ndarray, values: np.ndarray, present: np.ndarray):
+        self.dev, self.ts, self.values, self.present = dev, ts, values, present
+
+    def take(self, which: np.ndarray) -> _Samples:
+        return _Samples(self.dev[which], self.ts[which], self.values[:, which], self.present[:, which])
+
+    @staticmethod
+    def concat(parts: Sequence[_Samples]) -> _Samples:
+        return _Samples(*(np.concatenate([getattr(p, a) for p in parts], axis=-1)
+                          for a in ("dev", "ts", "values", "present")))
+
+    def merge_first(self, held: _Samples, dropped: dict[str, int]) -> _Samples | None:
+        """Merge each ``held`` sample into this batch's first sample of its GPU where they are the same (GPU, time);
+        return the held samples left (None: none)."""
+        firsts = np.sort(np.unique(self.dev, return_index=True)[1])
+        first_of = dict(zip(self.dev[firsts].tolist(), firsts.tolist(), strict=True))
+        left = np.ones(len(held.dev), bool)
+        for i, (g, t) in enumerate(zip(held.dev.tolist(), held.ts.tolist(), strict=True)):
+            j = first_of.get(g)
+            if j is None or self.ts[j] != t:
+                continue
+            both = held.present[:, i] & self.present[:, j]
+            dropped["duplicate_metric"] += int(both.sum())
+            self.values[:, j] = np.where(held.present[:, i], held.values[:, i], self.values[:, j])
+            self.present[:, j] |= held.present[:, i]
+            left[i] = False
+        return held.take(left) if left.any() else None
+
+    def table(self, names: Sequence[str]) -> pa.Table:
+        arrays = [pa.array(self.dev, pa.int32()), pa.array(self.ts, pa.int64()),
+                  *(pa.array(self.values[j], pa.float64(), mask=None if self.present[j].all() else ~self.present[j])
+                    for j in range(len(names)))]
+        return pa.table(arrays, names=[*KEYS, *names])
 
 
 def _last_of_each(keys: np.ndarray) -> np.ndarray:
