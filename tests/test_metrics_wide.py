@@ -248,3 +248,26 @@ def test_a_store_of_layout_3_at_a_url_is_migrated_where_it_is(tmp_path, fresh):
     finally:
         with contextlib.suppress(FileNotFoundError):
             mem.rm(f"/traceql-test-{tmp_path.name}", recursive=True)
+
+
+def test_opening_reads_the_recorded_columns_not_every_footer(tmp_path, fresh, monkeypatch):
+    """Each run records its GPU metrics' columns (run.json, the index), so that opening a store of many runs reads
+    no footer for them; a run that records none has its footer read, with the same result."""
+    (rid,) = json.loads((fresh / "manifest.json").read_text())["runs"]
+    path = store.run_dir(fresh, rid) / "gpu_metrics.parquet"
+    own = [n for n in pq.read_schema(path).names if n not in schema.TABLES["gpu_metrics"].names]
+    assert store.read_run_info(store.run_dir(fresh, rid))["columns"] == {"gpu_metrics": own}
+    assert json.loads((fresh / "manifest.json").read_text())["runs"][rid]["columns"] == {"gpu_metrics": own}
+    want = traceql.connect(fresh).sql("SELECT * FROM gpu_metrics_wide ORDER BY ALL").fetchall()
+    copy = tmp_path / "copy"
+    shutil.copytree(fresh, copy)
+    read = []
+    real = pq.read_schema
+    monkeypatch.setattr(store.pq, "read_schema", lambda p, *a, **k: read.append(Path(p).name) or real(p, *a, **k))
+    assert traceql.connect(copy).sql("SELECT * FROM gpu_metrics_wide ORDER BY ALL").fetchall() == want
+    assert "gpu_metrics.parquet" not in read
+    manifest = json.loads((copy / "manifest.json").read_text())
+    del manifest["runs"][rid]["columns"]
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    assert traceql.connect(copy).sql("SELECT * FROM gpu_metrics_wide ORDER BY ALL").fetchall() == want
+    assert "gpu_metrics.parquet" in read

@@ -34,7 +34,7 @@ from ..sources.nsys.locate import export_report
 from ..sources.nsys.source import open_source
 from ..store import remote, schema, screen
 from ..store.metrics import metric_names, write_wide
-from ..store.writer import ORDERS, ROW_GROUP, RunInfo, finish_run, write_streamed
+from ..store.writer import ORDERS, ROW_GROUP, RunInfo, finish_run, own_columns, write_streamed
 from ..version import __version__
 
 EVENT_TABLES = ("kernels", "memcpy", "memset", "nvtx", "runtime_api", "gpu_metrics")
@@ -487,6 +487,8 @@ def _finish_completion(folder: Path, entry: dict, staged: dict[str, Path], table
     info["tables"] = {**info.get("tables", {}), **tables}
     info["files"] = {**info.get("files", {}), **{t: (folder / f"{t}.parquet").stat().st_size for t in tables}}
     info["repairs"] = {**info.get("repairs", {}), **repairs}
+    info["columns"] = {**info.get("columns", {}), **{t: own_columns(folder / f"{t}.parquet", t) for t in tables
+                                                     if t in schema.WIDE}}
     info["deferred"] = []
     if repairs:  # the runs table counts them too
         runs = pq.read_table(folder / "runs.parquet")
@@ -500,7 +502,7 @@ def _finish_completion(folder: Path, entry: dict, staged: dict[str, Path], table
     finish = folder / f"{store.staging_prefix()}run.json"
     finish.write_text(json.dumps(info, indent=2))
     os.replace(finish, folder / store.RUN_INFO)
-    entry.update({k: info[k] for k in ("tables", "files", "repairs", "deferred")})
+    entry.update({k: info[k] for k in ("tables", "files", "repairs", "columns", "deferred")})
     return entry
 
 

@@ -292,7 +292,7 @@ def migrate(root: Path, progress: Callable[[int, int, str], None] | None = None)
     fresh = new_manifest()
     # the runs of the old index that are in the new layout, with the sizes and rows of their files as migrated (from
     # their run.json), then every other migrated run
-    fresh["runs"] = {rid: {**e, **{k: own[k] for k in ("files", "tables", "repairs") if k in own}}
+    fresh["runs"] = {rid: {**e, **{k: own[k] for k in ("files", "tables", "repairs", "columns") if k in own}}
                      for rid, e in (manifest.get("runs") or {}).items()
                      if isinstance(e, dict) and (own := read_run_info(run_dir(root, rid))) is not None}
     _add_unindexed(root, fresh, quiet=True)
@@ -529,6 +529,7 @@ def connect(run_dirs: Sequence[str | Path] | str | Path, con: duckdb.DuckDBPyCon
         with contextlib.suppress(duckdb.InvalidInputException):  # Jupyter without ipywidgets refuses the setting
             con.execute("SET enable_progress_bar = false")
     files: dict[str, list[Path]] = {t: [] for t in schema.TABLES}
+    own: dict[Path, tuple[str, ...]] = {}  # a WIDE table's file: its own columns
     partial: set[str] = set()  # tables with a file that lacks a column added after it was written (read as NULL)
     # a run is read once, however many times it is given (the same directory twice, two stores sharing runs):
     # read twice, every kernel would overlap its own copy
@@ -550,15 +551,18 @@ def connect(run_dirs: Sequence[str | Path] | str | Path, con: duckdb.DuckDBPyCon
                 continue
             if entry.get("deferred") and (needs is None or set(entry["deferred"]) & set(needs)):
                 entry = _complete(d, rid)
-            for table, f, complete in _run_files(d, rid, entry):
+            for table, f, complete, columns in _run_files(d, rid, entry):
                 files[table].append(f)
+                own[f] = columns
                 if not complete:
                     partial.add(table)
     for rid, dirs in twice.items():
         print(f"traceql: note: run {rid} is in {', '.join(map(str, dirs))}; it is read once", file=sys.stderr)
-    listed = [(table, str(p)) for table, paths in files.items() for p in paths]  # what lock_files() keeps readable
+    listed = [(table, p) for table, paths in files.items() for p in paths]  # what lock_files() keeps readable
     con.register("_store_files_arrow", pa.table({"table_name": pa.array([t for t, _ in listed], pa.string()),
-                                                 "path": pa.array([p for _, p in listed], pa.string())}))
+                                                 "path": pa.array([str(p) for _, p in listed], pa.string()),
+                                                 "columns": pa.array([list(own[p]) for _, p in listed],
+                                                                     pa.list_(pa.string()))}))
     con.execute("CREATE OR REPLACE TEMP TABLE _store_files AS SELECT * FROM _store_files_arrow")
     con.unregister("_store_files_arrow")
     for table in files:
@@ -580,9 +584,14 @@ def connect(run_dirs: Sequence[str | Path] | str | Path, con: duckdb.DuckDBPyCon
             _empty_views(con, table)
             continue
         sources = "[" + ", ".join(_sql_str(str(p)) for p in paths) + "]"
-        if table in schema.WIDE:  # the files' own columns differ (GPU metrics): each footer is read, once
-            con.execute(f'CREATE OR REPLACE VIEW "{stored_view(table)}" AS '
-                        f"SELECT * FROM read_parquet({sources}, union_by_name = true)")
+        if table in schema.WIDE:  # the files' own columns differ between runs (GPU metrics' names)
+            alike: dict[tuple[str, ...], list[Path]] = {}
+            for p in paths:
+                alike.setdefault(own[p], []).append(p)
+            # one scan per set of columns, which reads its first footer only, and their columns by name
+            con.execute(f'CREATE OR REPLACE VIEW "{stored_view(table)}" AS ' + " UNION ALL BY NAME ".join(
+                "SELECT * FROM read_parquet([" + ", ".join(_sql_str(str(p)) for p in group) + "])"
+                for group in alike.values()))
             _long_view(con, table)
         elif table in partial:  # a file without a column added later (schema.ADDED_LATER): that column reads as NULL
             con.execute(f'CREATE OR REPLACE VIEW "{table}" AS SELECT * FROM "_empty_{table}" '
@@ -631,10 +640,12 @@ def _complete(root: Path, run_id: str) -> dict:
     return COMPLETE(root, run_id)
 
 
-def _run_files(root: Path, run_id: str, entry: dict) -> Iterator[tuple[str, Path, bool]]:
-    """(table, file, has every column) of each table run ``run_id`` holds rows of, checked: a file whose size is the
-    one the run recorded at ingest is the file ingest wrote (its footer was written by traceql); another size, or a
-    run that recorded none, has its footer checked (schema version, table, columns). Empty tables are left out: besides
+def _run_files(root: Path, run_id: str, entry: dict) -> Iterator[tuple[str, Path, bool, tuple[str, ...]]]:
+    """(table, file, has every column, own columns) of each table run ``run_id`` holds rows of, checked: a file whose
+    size is the one the run recorded at ingest is the file ingest wrote (its footer was written by traceql); another
+    size, or a run that recorded none, has its footer checked (schema version, table, columns). Own columns: those of
+    a WIDE table's file beyond the declared ones (GPU metrics' names), as the run recorded them, or from the footer
+    where it did not (or the size differs); () for the other tables. Empty tables are left out: besides
     costing a read, a view over files of which some are empty misleads DuckDB's join planning (an attribution took
     100x longer with one empty file beside it)."""
     folder = run_dir(root, run_id)
@@ -650,11 +661,15 @@ def _run_files(root: Path, run_id: str, entry: dict) -> Iterator[tuple[str, Path
             raise BadInputError(f"{f}: listed in {root / MANIFEST} but missing; re-ingest that trace") from None
         except OSError as exc:
             raise BadInputError(f"{f}: cannot be read ({exc}); re-ingest that trace") from exc
-        complete = True
+        complete, own = True, ()
         if sizes.get(table) != size:
             schema.check_file(f, table)
             complete = not (set(schema.TABLES[table].names) - set(pq.read_schema(f).names))
-        yield table, f, complete
+        if table in schema.WIDE:
+            recorded = (entry.get("columns") or {}).get(table)
+            own = tuple(recorded) if recorded is not None and sizes.get(table) == size else \
+                tuple(n for n in pq.read_schema(f).names if n not in schema.TABLES[table].names)
+        yield table, f, complete, own
 
 
 def lock_files(con: duckdb.DuckDBPyConnection) -> None:
@@ -667,10 +682,10 @@ def lock_files(con: duckdb.DuckDBPyConnection) -> None:
     """
     import pyarrow.dataset as ds
 
-    rows = con.sql("SELECT table_name, list(path ORDER BY path) FROM _store_files GROUP BY ALL").fetchall()
-    for table, paths in rows:
+    rows = con.sql("SELECT table_name, list(path ORDER BY path), flatten(list(columns)) FROM _store_files "
+                   "GROUP BY ALL").fetchall()
+    for table, paths, columns in rows:
         if table in schema.WIDE:  # the files' columns, as many as they have between them
-            columns = [n for p in paths for n in pq.read_schema(p).names]
             table_schema = schema.stored(table, list(dict.fromkeys(columns)))
         else:
             table_schema = schema.TABLES[table]

@@ -24,6 +24,9 @@ class RunInfo:
     repairs: dict[str, int] = field(default_factory=dict)  # odd rows dropped at ingest, by table.reason (screen.py)
     labels: dict[str, str] = field(default_factory=dict)
     files: dict[str, int] = field(default_factory=dict)  # bytes of each table's file, as written
+    # the own columns of each WIDE table's file (GPU metrics' names), as written: opening a store of many runs reads
+    # these, not every file's footer
+    columns: dict[str, list[str]] = field(default_factory=dict)
     # tables left to be read from the export when a query needs them (a lazy ingest), and that export's stamp
     deferred: list[str] = field(default_factory=list)
     export: dict = field(default_factory=dict)  # path, bytes, mtime_ns
@@ -41,6 +44,9 @@ def finish_run(folder: Path, info: RunInfo) -> None:
     info.files = {table: (folder / f"{table}.parquet").stat().st_size if (folder / f"{table}.parquet").is_file()
                   else info.files[table] for table in info.tables
                   if (folder / f"{table}.parquet").is_file() or table in info.files}
+    info.columns = {**{t: c for t, c in info.columns.items() if t in schema.WIDE},
+                    **{t: own_columns(folder / f"{t}.parquet", t) for t in schema.WIDE
+                       if (folder / f"{t}.parquet").is_file()}}
     (folder / "run.json").write_text(json.dumps(asdict(info), indent=2))
 
 
@@ -91,6 +97,11 @@ def write_streamed(table: str, batches, run_id: str, path: Path) -> int:
             w.write_table(pa.Table.from_batches(held, schema=encoded), row_group_size=1 << 30)
         w.add_key_value_metadata(schema.metadata(table))
     return rows
+
+
+def own_columns(path: Path, table: str) -> list[str]:
+    """The columns of a WIDE table's file beyond the declared ones (GPU metrics' names), from its footer."""
+    return [n for n in pq.read_schema(path).names if n not in schema.TABLES[table].names]
 
 
 def as_encoded(col: pa.Array, type_: pa.DataType) -> pa.Array:
