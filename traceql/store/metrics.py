@@ -80,11 +80,12 @@ class Widener:
         dev, ts, value = (batch.column(c) for c in ("device_id", "ts_ns", "value"))
         dev, ts, value = (c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c for c in (dev, ts, value))
         valid = None if not value.null_count else np.asarray(value.is_valid())
-        value = np.asarray(value.cast(pa.float64()).fill_null(np.nan))
+        value = np.asarray((value.fill_null(np.nan) if value.null_count else value).cast(pa.float64()))
         keep = code >= 0
         if dev.null_count or ts.null_count:
             keep &= np.asarray(dev.is_valid()) & np.asarray(ts.is_valid())
-        dev, ts = np.asarray(dev.cast(pa.int32()).fill_null(0)), np.asarray(ts.cast(pa.int64()).fill_null(0))
+        dev, ts = (np.asarray((c.fill_null(0) if c.null_count else c).cast(t))
+                   for c, t in ((dev, pa.int32()), (ts, pa.int64())))
         if not keep.all():
             self.dropped["unnamed_metric"] += int(len(keep) - keep.sum())
             dev, ts, code, value = dev[keep], ts[keep], code[keep], value[keep]
@@ -92,9 +93,16 @@ class Widener:
         return dev, ts, code, value, valid
 
     def feed(self, batch: pa.RecordBatch | pa.Table) -> pa.Table | None:
-        return self._emit(self._samples(*self._columns(batch)), last=False)
+        return _table(self.feed_samples(batch), self.names)
 
     def flush(self) -> pa.Table | None:
+        return _table(self.flush_samples(), self.names)
+
+    def feed_samples(self, batch: pa.RecordBatch | pa.Table) -> _Samples | None:
+        """:meth:`feed`'s samples as numpy arrays (made a table once per row group by :func:`write_wide`)."""
+        return self._emit(self._samples(*self._columns(batch)), last=False)
+
+    def flush_samples(self) -> _Samples | None:
         return self._emit(None, last=True)
 
     def _samples(self, dev, ts, code, value, valid) -> _Samples | None:
@@ -131,7 +139,7 @@ class Widener:
             present[flat] = valid
         return _Samples(dev[starts], ts[starts], values.reshape(k, n), present.reshape(k, n))
 
-    def _emit(self, batch: _Samples | None, last: bool) -> pa.Table | None:
+    def _emit(self, batch: _Samples | None, last: bool) -> _Samples | None:
         """The wide rows to write now: the samples held from the last batch (those this batch goes on merged into
         its own), then this batch's, each GPU's last held back unless ``last``."""
         held, self._held = self._held, None
@@ -152,7 +160,7 @@ class Widener:
             if times[0] <= self._last.get(int(g), np.iinfo(np.int64).min):
                 self.ordered = False
             self._last[int(g)] = int(times[-1])
-        return samples.table(self.names)
+        return samples
 
 
 class _Samples:
@@ -193,6 +201,10 @@ class _Samples:
         return pa.table(arrays, names=[*KEYS, *names])
 
 
+def _table(samples: _Samples | None, names: Sequence[str]) -> pa.Table | None:
+    return None if samples is None else samples.table(names)
+
+
 def _last_of_each(keys: np.ndarray) -> np.ndarray:
     """Positions of the last occurrence of each distinct value of ``keys``."""
     rev = keys[::-1]
@@ -220,20 +232,24 @@ def write_wide(batches: Iterable[pa.RecordBatch | pa.Table] | None, names: Seque
     run_ids = pa.array([run_id], pa.string())
     with pq.ParquetWriter(path, target, compression="zstd", store_schema=False, use_dictionary=["run_id"],
                           write_statistics=list(KEYS)) as out:
-        held: list[pa.Table] = []
+        held: list[_Samples] = []  # made one table per row group: a column per metric at a time costs per call
+        count = 0
 
         def write(final: bool = False) -> None:
-            if held and (final or sum(t.num_rows for t in held) * (len(names) + 3) >= GROUP_VALUES):
-                table = pa.concat_tables(held)
+            nonlocal count
+            if held and (final or count * (len(names) + 3) >= GROUP_VALUES):
+                table = (held[0] if len(held) == 1 else _Samples.concat(held)).table(names)
                 run = pa.DictionaryArray.from_arrays(pa.repeat(pa.scalar(0, pa.int32()), table.num_rows), run_ids)
                 out.write_table(pa.Table.from_arrays([run, *table.columns], schema=target), row_group_size=1 << 30)
                 held.clear()
+                count = 0
 
         for batch in [*(batches or ()), None]:
-            wide = w.flush() if batch is None else w.feed(batch) if batch.num_rows else None
-            if wide is not None and wide.num_rows:
-                held.append(wide)
-                rows += wide.num_rows
+            samples = w.flush_samples() if batch is None else w.feed_samples(batch) if batch.num_rows else None
+            if samples is not None and len(samples.dev):
+                held.append(samples)
+                count += len(samples.dev)
+                rows += len(samples.dev)
             write(final=batch is None)
         out.add_key_value_metadata(schema.metadata(TABLE))
     if not w.ordered:
