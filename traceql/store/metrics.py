@@ -18,6 +18,7 @@ metric at one GPU and time cannot both be stored: the first is kept, and the oth
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -244,7 +245,7 @@ def write_wide(batches: Iterable[pa.RecordBatch | pa.Table] | None, names: Seque
                 held.clear()
                 count = 0
 
-        for batch in [*(batches or ()), None]:
+        for batch in itertools.chain(batches or (), [None]):  # streamed: a batch at a time, then the end
             samples = w.flush_samples() if batch is None else w.feed_samples(batch) if batch.num_rows else None
             if samples is not None and len(samples.dev):
                 held.append(samples)
