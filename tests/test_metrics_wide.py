@@ -271,3 +271,20 @@ def test_opening_reads_the_recorded_columns_not_every_footer(tmp_path, fresh, mo
     (copy / "manifest.json").write_text(json.dumps(manifest))
     assert traceql.connect(copy).sql("SELECT * FROM gpu_metrics_wide ORDER BY ALL").fetchall() == want
     assert "gpu_metrics.parquet" in read
+
+
+def test_write_wide_streams_a_batch_at_a_time(tmp_path, monkeypatch):
+    """Each batch is widened before the next is read, so that memory holds a few batches, not the decoder's output."""
+    rows = _random_long(3, samples=200)
+    batches = _long(rows).to_batches(max_chunksize=50)
+    fed = []
+    real = metrics.Widener.feed_samples
+    monkeypatch.setattr(metrics.Widener, "feed_samples", lambda self, b: fed.append(1) or real(self, b))
+
+    def read():
+        for i, b in enumerate(batches):
+            assert len(fed) == i  # every batch read so far was widened
+            yield b
+
+    n, _ = metrics.write_wide(read(), metrics.metric_names({r[2] for r in rows}), "r", tmp_path / "g.parquet")
+    assert len(fed) == len(batches) > 10 and n == len({(d, t) for d, t, _, _ in rows})
