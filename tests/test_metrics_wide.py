@@ -19,6 +19,7 @@ import traceql
 from traceql import store
 from traceql.queries_loader import query_files
 from traceql.store import metrics, schema
+from traceql.store.wide import Widener, metric_names, widen
 
 LONG = pa.schema([("device_id", pa.int32()), ("ts_ns", pa.int64()), ("metric", pa.string()), ("value", pa.float64())])
 
@@ -52,7 +53,7 @@ def _streamed(rows: list[tuple], batch: int, dictionary: bool) -> tuple[pa.Table
     if dictionary:
         table = table.cast(pa.schema([*LONG][:2] + [pa.field("metric", pa.dictionary(pa.int32(), pa.string())),
                                                       LONG.field("value")]))
-    w = metrics.Widener(metrics.metric_names({r[2] for r in rows}))
+    w = Widener(metric_names({r[2] for r in rows}))
     parts = [w.feed(b) for b in table.to_batches(max_chunksize=batch)] + [w.flush()]
     return pa.concat_tables([p for p in parts if p is not None]), w
 
@@ -72,21 +73,21 @@ def test_streamed_wide_rows_hold_every_value_once_per_gpu_and_time(seed, batch):
 
 def test_nan_is_a_value_and_absence_is_null():
     rows = [(0, 10, "A", float("nan")), (0, 10, "B", 1.0), (0, 20, "B", 2.0)]
-    wide, _ = metrics.widen(_long(rows))
+    wide, _ = widen(_long(rows))
     assert wide.column("A").null_count == 1 and np.isnan(wide.column("A")[0].as_py())
     assert wide.column("B").to_pylist() == [1.0, 2.0]
 
 
 def test_a_repeated_metric_keeps_its_first_value_and_is_counted():
     rows = [(0, 10, "A", 1.0), (0, 10, "A", 5.0), (0, 10, "B", 2.0), (1, 10, "A", 3.0)]
-    wide, dropped = metrics.widen(_long(rows))
+    wide, dropped = widen(_long(rows))
     assert wide.sort_by("device_id").column("A").to_pylist() == [1.0, 3.0]
     assert dropped == {"duplicate_metric": 1, "unnamed_metric": 0}
 
 
 def test_a_metric_without_a_name_is_left_out_and_counted():
     rows = [(0, 10, None, 1.0), (0, 10, "A", 2.0), (0, 20, "device_id", 3.0)]  # a key column's name is no column
-    wide, dropped = metrics.widen(_long(rows))
+    wide, dropped = widen(_long(rows))
     assert wide.column_names == ["device_id", "ts_ns", "A"] and wide.num_rows == 1
     assert dropped["unnamed_metric"] == 2
 
@@ -102,7 +103,7 @@ def test_an_export_out_of_time_order_is_merged_into_one_row_per_gpu_and_time(tmp
     shuffled = [rows[i] for i in rng.permutation(len(rows))] + [rows[0]]  # and one value twice
     path = tmp_path / "gpu_metrics.parquet"
     n, dropped = metrics.write_wide(_long(shuffled).to_batches(max_chunksize=batch),
-                                    metrics.metric_names({r[2] for r in rows}), "r1", path)
+                                    metric_names({r[2] for r in rows}), "r1", path)
     wide = pq.read_table(path)
     keys = list(zip(wide.column("device_id").to_pylist(), wide.column("ts_ns").to_pylist(), strict=True))
     assert n == wide.num_rows == len(set(keys)) and _in_time_order_per_gpu(wide)
@@ -286,5 +287,5 @@ def test_write_wide_streams_a_batch_at_a_time(tmp_path, monkeypatch):
             assert len(fed) == i  # every batch read so far was widened
             yield b
 
-    n, _ = metrics.write_wide(read(), metrics.metric_names({r[2] for r in rows}), "r", tmp_path / "g.parquet")
+    n, _ = metrics.write_wide(read(), metric_names({r[2] for r in rows}), "r", tmp_path / "g.parquet")
     assert len(fed) == len(batches) > 10 and n == len({(d, t) for d, t, _, _ in rows})

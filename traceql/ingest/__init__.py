@@ -33,7 +33,8 @@ from ..sources.nsys.adapter import adapter_for
 from ..sources.nsys.locate import export_report
 from ..sources.nsys.source import open_source
 from ..store import remote, schema, screen
-from ..store.metrics import metric_names, write_wide
+from ..store.metrics import write_wide
+from ..store.wide import metric_names
 from ..store.writer import ORDERS, ROW_GROUP, RunInfo, finish_run, own_columns, write_streamed
 from ..version import __version__
 

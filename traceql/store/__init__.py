@@ -315,7 +315,8 @@ def _upgrade(folder: Path, info: dict) -> bool:
     """Bring the files of the run in ``folder`` to this layout, each streamed a row group at a time: signature ids
     (``sig``) added to kernels, copies and sets, GPU metrics turned wide (``info``, the run's record, gets the rows
     and any repairs of that); whether any file changed."""
-    from .metrics import metric_names, write_wide
+    from .metrics import write_wide
+    from .wide import metric_names
     from .writer import write_streamed
 
     changed = False

@@ -153,7 +153,7 @@ def conform(table: str, data: pa.Table, *, dictionaries: bool = False) -> pa.Tab
 
 def _widened(data: pa.Table) -> pa.Table:
     """GPU metrics of one run, one row per sample and metric, as the wide rows the store keeps."""
-    from .metrics import widen
+    from .wide import widen
 
     runs = data.column("run_id").unique() if "run_id" in data.column_names else None
     if runs is not None and len(runs) > 1:
