@@ -13,8 +13,8 @@ the pivot alone, which the schema's ``conform`` uses too): a batch's rows are
 grouped by (GPU, time), and each GPU's last sample waits for the next batch, which may hold more of its metrics. A
 GPU whose sample times go back (an export not in time order) makes the file be sorted and merged once written
 (:func:`write_wide`), so that a file always holds one row per GPU and time, in time order per GPU. Two values of one
-metric at one GPU and time cannot both be stored: the first is kept, and the others counted
-(``gpu_metrics.duplicate_metric`` in the run's repairs).
+metric at one GPU and time cannot both be stored: the first is kept (one of them, where the file is merged), and
+the others counted (``gpu_metrics.duplicate_metric`` in the run's repairs).
 """
 
 from __future__ import annotations
@@ -109,8 +109,3 @@ def _merge(path: Path, names: Sequence[str], dropped: dict[str, int]) -> int:
         con.close()
     os.replace(tmp, path)
     return rows
-
-
-def is_long(path: Path) -> bool:
-    """Whether the GPU-metrics file ``path`` is of a store layout before 4 (one row per sample and metric)."""
-    return "metric" in pq.read_schema(path).names and "value" in pq.read_schema(path).names
