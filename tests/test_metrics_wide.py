@@ -268,10 +268,12 @@ def test_opening_reads_the_recorded_columns_not_every_footer(tmp_path, fresh, mo
     assert traceql.connect(copy).sql("SELECT * FROM gpu_metrics_wide ORDER BY ALL").fetchall() == want
     assert "gpu_metrics.parquet" not in read
     manifest = json.loads((copy / "manifest.json").read_text())
-    del manifest["runs"][rid]["columns"]
-    (copy / "manifest.json").write_text(json.dumps(manifest))
-    assert traceql.connect(copy).sql("SELECT * FROM gpu_metrics_wide ORDER BY ALL").fetchall() == want
-    assert "gpu_metrics.parquet" in read
+    for columns in (None, "SMs Active", {"gpu_metrics": "not a list"}, {"gpu_metrics": [1, 2]}):  # none, or damaged
+        read.clear()
+        manifest["runs"][rid]["columns"] = columns
+        (copy / "manifest.json").write_text(json.dumps(manifest))
+        assert traceql.connect(copy).sql("SELECT * FROM gpu_metrics_wide ORDER BY ALL").fetchall() == want
+        assert "gpu_metrics.parquet" in read
 
 
 def test_write_wide_streams_a_batch_at_a_time(tmp_path, monkeypatch):

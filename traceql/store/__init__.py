@@ -667,9 +667,12 @@ def _run_files(root: Path, run_id: str, entry: dict) -> Iterator[tuple[str, Path
             schema.check_file(f, table)
             complete = not (set(schema.TABLES[table].names) - set(pq.read_schema(f).names))
         if table in schema.WIDE:
-            recorded = (entry.get("columns") or {}).get(table)
-            own = tuple(recorded) if recorded is not None and sizes.get(table) == size else \
-                tuple(n for n in pq.read_schema(f).names if n not in schema.TABLES[table].names)
+            recorded = entry.get("columns") if isinstance(entry.get("columns"), dict) else {}
+            recorded = recorded.get(table)
+            if sizes.get(table) == size and isinstance(recorded, list) and all(isinstance(c, str) for c in recorded):
+                own = tuple(recorded)
+            else:  # not recorded (an earlier traceql), or not as written: the footer says
+                own = tuple(n for n in pq.read_schema(f).names if n not in schema.TABLES[table].names)
         yield table, f, complete, own
 
 
