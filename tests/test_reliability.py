@@ -1151,6 +1151,16 @@ def _damaged_table(env, how: str, table: str = "kernels") -> Run:
     elif how == "missing_column":
         t = pq.read_table(f)
         pq.write_table(t.drop(["end_ns"]), f)
+    elif how == "text_metric":  # a metric column of text where every metric is a number
+        t = pq.read_table(f)
+        name = t.column_names[-1]
+        pq.write_table(t.set_column(t.num_columns - 1, name, pa.array([str(v) for v in t[name].to_pylist()])), f)
+    elif how == "long":  # GPU metrics a row per sample and metric, as a store of layout 3 wrote them
+        t = pq.read_table(f)
+        keys, own = t.column_names[:3], t.column_names[3:]
+        long = pa.concat_tables([t.select(keys).append_column("metric", pa.array([m] * t.num_rows))
+                                 .append_column("value", t[m]) for m in own])
+        pq.write_table(long.replace_schema_metadata(t.schema.metadata), f)
     return _sql(env, s, f"SELECT count(*) FROM {table}", named=f)
 
 
@@ -1197,6 +1207,17 @@ def _sql_table_missing_column(env):
 @case("sql", "a GPU metrics file of garbage bytes", words="re-run `traceql ingest`")
 def _sql_metrics_garbage(env):
     return _damaged_table(env, "garbage", "gpu_metrics")
+
+
+@case("sql", "a GPU metrics file with a metric column of text", words=("is string, not double", "re-ingest"))
+def _sql_metrics_text(env):
+    return _damaged_table(env, "text_metric", "gpu_metrics")
+
+
+@case("sql", "a GPU metrics file a row per sample and metric in a store of layout 4",
+      words=("layout 3", "re-ingest"))
+def _sql_metrics_long(env):
+    return _damaged_table(env, "long", "gpu_metrics")
 
 
 # -- sql: queries ----------------------------------------------------------------------------------------------------

@@ -226,8 +226,11 @@ def check_file(path: Path, table: str | None = None, *, migrating: bool = False)
                 raise BadInputError(f"{path}: column {field.name} is {got}, not {field.type}; re-ingest the trace")
         if table in WIDE:
             own = [f for f in stored if f.name not in TABLES[table].names]
-            if migrating and table in LONG and {f.name for f in own} == {"metric", "value"}:
-                return name  # a layout before 4: one row per sample and metric
+            if table in LONG and {f.name for f in own} == {"metric", "value"}:  # a layout before 4
+                if migrating:
+                    return name
+                raise BadInputError(f"{path}: GPU metrics a row per sample and metric, as a store of layout 3 or "
+                                    "earlier wrote them, in a store of a later layout; re-ingest the trace")
             for f in own:
                 if not f.type.equals(WIDE[table]):
                     raise BadInputError(f"{path}: column {f.name} is {f.type}, not {WIDE[table]}; re-ingest the trace")
