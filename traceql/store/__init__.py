@@ -244,7 +244,7 @@ def migrate(root: Path, progress: Callable[[int, int, str], None] | None = None)
         read_manifest(root)  # raises: another schema version, or a newer layout
     names = sorted(n for n in (os.listdir(root / "runs") if (root / "runs").is_dir() else []) if not n.startswith("."))
     folders = [n for n in names if run_id_of(n) is None]  # layout 1
-    placed = [n for n in names if run_id_of(n) is not None]  # layout 2 or 3
+    placed = [n for n in names if run_id_of(n) is not None]  # layout 2, 3 or 4
     done = 0
 
     def described(folder: Path, rid: str) -> dict | None:
