@@ -14,24 +14,16 @@ WITH names AS (
     SELECT n.metric, arg_min(k.key, k.rank) AS key, arg_min(k.combine, k.rank) AS combine
     FROM (SELECT DISTINCT metric FROM gpu_metrics) n JOIN _metric_keys k ON n.metric LIKE k.pattern
     GROUP BY n.metric
-), keyed AS (
-    SELECT m.run_id, m.device_id, m.ts_ns, n.key, n.combine, m.value
+), keyed AS (  -- one value per sample and key: its metrics combined as _metric_keys says
+    SELECT m.run_id, m.device_id, m.ts_ns, n.key,
+           CASE WHEN any_value(n.combine) = 'sum' THEN sum(m.value) ELSE max(m.value) END AS value
     FROM gpu_metrics m JOIN names n USING (metric)
+    GROUP BY m.run_id, m.device_id, m.ts_ns, n.key
 )
 SELECT run_id, device_id, ts_ns,
-       CASE WHEN any_value(combine) FILTER (key = 'sm_active_pct') = 'sum'
-            THEN sum(value) FILTER (key = 'sm_active_pct')
-            ELSE max(value) FILTER (key = 'sm_active_pct') END::DOUBLE AS sm_active_pct,
-       CASE WHEN any_value(combine) FILTER (key = 'dram_pct') = 'sum'
-            THEN sum(value) FILTER (key = 'dram_pct')
-            ELSE max(value) FILTER (key = 'dram_pct') END::DOUBLE AS dram_pct,
-       CASE WHEN any_value(combine) FILTER (key = 'gpc_clock_mhz') = 'sum'
-            THEN sum(value) FILTER (key = 'gpc_clock_mhz')
-            ELSE max(value) FILTER (key = 'gpc_clock_mhz') END::DOUBLE AS gpc_clock_mhz,
-       CASE WHEN any_value(combine) FILTER (key = 'nvlink_pct') = 'sum'
-            THEN sum(value) FILTER (key = 'nvlink_pct')
-            ELSE max(value) FILTER (key = 'nvlink_pct') END::DOUBLE AS nvlink_pct,
-       CASE WHEN any_value(combine) FILTER (key = 'pcie_pct') = 'sum'
-            THEN sum(value) FILTER (key = 'pcie_pct')
-            ELSE max(value) FILTER (key = 'pcie_pct') END::DOUBLE AS pcie_pct
+       any_value(value) FILTER (key = 'sm_active_pct')::DOUBLE AS sm_active_pct,
+       any_value(value) FILTER (key = 'dram_pct')::DOUBLE AS dram_pct,
+       any_value(value) FILTER (key = 'gpc_clock_mhz')::DOUBLE AS gpc_clock_mhz,
+       any_value(value) FILTER (key = 'nvlink_pct')::DOUBLE AS nvlink_pct,
+       any_value(value) FILTER (key = 'pcie_pct')::DOUBLE AS pcie_pct
 FROM keyed GROUP BY run_id, device_id, ts_ns
