@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from importlib import resources
 from pathlib import Path
 
@@ -96,17 +96,14 @@ def create_views(con: duckdb.DuckDBPyConnection, only: Collection[str] | None = 
     return [view for view, _ in created]
 
 
-def metric_projection(con: duckdb.DuckDBPyConnection, wide: str = "gpu_metrics_wide") -> str | None:
-    """``_metric_wide`` as a projection of the stored wide GPU metrics (``wide``): each of its columns from the
-    columns of the metrics that ``_metric_keys`` gives it, combined as it says, row by row, where the reference SQL
-    (``_metric_wide.sql``) unpivots every metric of every sample and groups them again. The same rows: a sample with
-    a value of at least one metric named there. None where ``wide`` has no metric column."""
+def metric_projection(con: duckdb.DuckDBPyConnection, own: Sequence[str], wide: str = "gpu_metrics_wide") -> str:
+    """``_metric_wide`` as a projection of the stored wide GPU metrics (``wide``, whose metric columns are ``own``):
+    each of its columns from the columns of the metrics that ``_metric_keys`` gives it, combined as it says, row by
+    row, where the reference SQL (``_metric_wide.sql``) unpivots every metric of every sample and groups them again.
+    The same rows: a sample with a value of at least one metric named there."""
     keys = [c for c, _ in header_columns(dict(query_files())["_metric_wide.sql"])]
     fixed = keys[:3]  # run_id, device_id, ts_ns
-    own = [c for (c,) in con.execute(f"SELECT column_name FROM (DESCRIBE {duck.identifier(wide)})").fetchall()
-           if c not in fixed]
-    if not own:
-        return None
+    own = list(own)
     rules = con.execute("""SELECT c.name, arg_min(k.key, k.rank), arg_min(k.combine, k.rank)
                            FROM (SELECT unnest($1::VARCHAR[]) AS name) c JOIN _metric_keys k ON c.name LIKE k.pattern
                            GROUP BY c.name""", [own]).fetchall()

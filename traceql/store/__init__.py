@@ -580,6 +580,7 @@ def connect(run_dirs: Sequence[str | Path] | str | Path, con: duckdb.DuckDBPyCon
         from ..queries_loader import create_views
 
         create_views(con)
+    wide_columns: dict[str, list[str]] = {}  # a WIDE table's own columns, over every run
     for table, paths in files.items():
         if not paths:
             _empty_views(con, table)
@@ -593,17 +594,18 @@ def connect(run_dirs: Sequence[str | Path] | str | Path, con: duckdb.DuckDBPyCon
             con.execute(f'CREATE OR REPLACE VIEW "{stored_view(table)}" AS ' + " UNION ALL BY NAME ".join(
                 "SELECT * FROM read_parquet([" + ", ".join(_sql_str(str(p)) for p in group) + "])"
                 for group in alike.values()))
-            _long_view(con, table)
+            wide_columns[table] = list(dict.fromkeys(c for columns in alike for c in columns))  # the view's, in order
+            _long_view(con, table, wide_columns[table])
         elif table in partial:  # a file without a column added later (schema.ADDED_LATER): that column reads as NULL
             con.execute(f'CREATE OR REPLACE VIEW "{table}" AS SELECT * FROM "_empty_{table}" '
                         f"UNION ALL BY NAME SELECT * FROM read_parquet({sources}, union_by_name = true)")
         else:  # every file has every column (ingest writes them all, migrate adds the later ones): no footer is read
             con.execute(f'CREATE OR REPLACE VIEW "{table}" AS SELECT * FROM read_parquet({sources})')
-    if views and files["gpu_metrics"]:
+    if views and wide_columns.get("gpu_metrics"):
         from ..queries_loader import metric_projection
 
-        if (sql := metric_projection(con)) is not None:  # the attribution's metrics read from their columns
-            con.execute(f"CREATE OR REPLACE VIEW _metric_wide AS {sql}")
+        # the attribution's metrics read from their columns
+        con.execute(f"CREATE OR REPLACE VIEW _metric_wide AS {metric_projection(con, wide_columns['gpu_metrics'])}")
     return con
 
 
@@ -620,11 +622,11 @@ def _empty_views(con: duckdb.DuckDBPyConnection, table: str) -> None:
         con.execute(f'CREATE OR REPLACE VIEW "{table}" AS SELECT * FROM "_empty_{table}_long"')
 
 
-def _long_view(con: duckdb.DuckDBPyConnection, table: str) -> None:
-    """The long view of a WIDE table (a row per key and column of its own, NULLs left out) over its stored view."""
+def _long_view(con: duckdb.DuckDBPyConnection, table: str, own: Sequence[str]) -> None:
+    """The long view of a WIDE table (a row per key and column of its own, NULLs left out) over its stored view, whose
+    own columns are ``own``."""
     wide = stored_view(table)
     keys = schema.TABLES[table].names
-    own = [c for (c,) in con.execute(f"SELECT column_name FROM (DESCRIBE \"{wide}\")").fetchall() if c not in keys]
     if not own:
         con.execute(f'CREATE OR REPLACE VIEW "{table}" AS SELECT * FROM "_empty_{table}_long"')
         return
@@ -672,7 +674,9 @@ def _run_files(root: Path, run_id: str, entry: dict) -> Iterator[tuple[str, Path
             if sizes.get(table) == size and isinstance(recorded, list) and all(isinstance(c, str) for c in recorded):
                 own = tuple(recorded)
             else:  # not recorded (an earlier traceql), or not as written: the footer says
-                own = tuple(n for n in pq.read_schema(f).names if n not in schema.TABLES[table].names)
+                from .writer import own_columns
+
+                own = tuple(own_columns(f, table))
         yield table, f, complete, own
 
 

@@ -37,9 +37,8 @@ GROUP_VALUES = 1 << 22
 
 def wide_schema(names: Sequence[str]) -> pa.Schema:
     """The schema of a wide GPU-metrics file with these metric columns (run_id dictionary-encoded, as written)."""
-    keys = [pa.field("run_id", pa.dictionary(pa.int32(), pa.string())), *(f for f in schema.TABLES[TABLE]
-                                                                          if f.name != "run_id")]
-    return pa.schema([*keys, *(pa.field(n, pa.float64()) for n in names)])
+    stored = schema.stored(TABLE, names)
+    return stored.set(stored.get_field_index("run_id"), pa.field("run_id", pa.dictionary(pa.int32(), pa.string())))
 
 
 def write_wide(batches: Iterable[pa.RecordBatch | pa.Table] | None, names: Sequence[str], run_id: str,
