@@ -176,6 +176,43 @@ def long_metrics(wide):
     return pa.concat_tables(parts)
 
 
+def older_layout(fresh: Path, old: Path, layout: int, rewrite: dict) -> tuple[str, dict]:
+    """A copy at ``old`` of the one-run store ``fresh`` as an earlier traceql wrote it: each table of ``rewrite``
+    (table -> function of its rows) rewritten as that layout held it, the index saying ``layout``, the files' sizes and
+    rows recorded in ``run.json`` and the index; its run id and index."""
+    import json
+
+    import pyarrow.parquet as pq
+
+    from traceql import store
+    from traceql.store import schema
+
+    shutil.copytree(fresh, old)
+    (rid,) = json.loads((old / "manifest.json").read_text())["runs"]
+    folder = store.run_dir(old, rid)
+    info = json.loads((folder / "run.json").read_text())
+    for table, change in rewrite.items():
+        f = folder / f"{table}.parquet"
+        rows = change(pq.read_table(f))
+        pq.write_table(rows.replace_schema_metadata(schema.metadata(table)), f)
+        info["tables"][table] = rows.num_rows
+    info["files"] = {t: (folder / f"{t}.parquet").stat().st_size for t in info["files"]}
+    (folder / "run.json").write_text(json.dumps(info))
+    manifest = json.loads((old / "manifest.json").read_text())
+    manifest["layout"] = layout
+    manifest["runs"][rid].update(files=info["files"], tables=info["tables"])
+    (old / "manifest.json").write_text(json.dumps(manifest))
+    return rid, manifest
+
+
+@pytest.fixture(scope="session")
+def fresh(tmp_path_factory) -> Path:
+    """The H200 contention trace ingested by this traceql (a one-run store), to compare older layouts with."""
+    out = tmp_path_factory.mktemp("fresh") / "store"
+    traceql.ingest(H200 / "contention.sqlite.xz", out)
+    return out
+
+
 # -- ingested runs (one per trace per session) --------------------------------------------------
 
 def _ingest(tmp_path_factory, name: str, trace: Path, **kwargs) -> Path:

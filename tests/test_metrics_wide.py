@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import H200, cli_in_process, long_metrics, run_cli
+from conftest import H200, cli_in_process, long_metrics, older_layout, run_cli
 
 import traceql
 from traceql import store
@@ -183,29 +183,8 @@ def test_sql_reads_both_forms_once_files_are_locked():
 
 def _layout_3(fresh: Path, old: Path) -> tuple[str, dict]:
     """A copy at ``old`` of the one-run store ``fresh`` as traceql wrote it before GPU metrics were wide: the file
-    a row per sample and metric, layout 3, its size and rows recorded; its run id and index."""
-    shutil.copytree(fresh, old)
-    (rid,) = json.loads((old / "manifest.json").read_text())["runs"]
-    folder = store.run_dir(old, rid)
-    f = folder / "gpu_metrics.parquet"
-    long = long_metrics(pq.read_table(f)).select(["run_id", *LONG.names])
-    pq.write_table(long.replace_schema_metadata(schema.metadata("gpu_metrics")), f)
-    info = json.loads((folder / "run.json").read_text())
-    info["files"]["gpu_metrics"] = f.stat().st_size
-    info["tables"]["gpu_metrics"] = long.num_rows
-    (folder / "run.json").write_text(json.dumps(info))
-    manifest = json.loads((old / "manifest.json").read_text())
-    manifest["layout"] = 3
-    manifest["runs"][rid].update(files=info["files"], tables=info["tables"])
-    (old / "manifest.json").write_text(json.dumps(manifest))
-    return rid, manifest
-
-
-@pytest.fixture(scope="module")
-def fresh(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("fresh") / "store"
-    traceql.ingest(H200 / "contention.sqlite.xz", out)
-    return out
+    a row per sample and metric, layout 3; its run id and index."""
+    return older_layout(fresh, old, 3, {"gpu_metrics": lambda rows: long_metrics(rows).select(["run_id", *LONG.names])})
 
 
 def test_a_store_of_layout_3_is_refused_then_migrated_to_what_ingest_writes(tmp_path, fresh):

@@ -6,14 +6,13 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import H200, cli_in_process, run_cli
+from conftest import H200, cli_in_process, older_layout, run_cli
 
 import traceql
 from traceql import store
@@ -94,29 +93,8 @@ def test_ids_are_stable_across_versions_and_machines():
 
 def _layout_2(fresh: Path, old: Path) -> tuple[str, dict]:
     """A copy at ``old`` of the one-run store ``fresh`` as traceql wrote it before signature ids: the same files
-    without sig, layout 2, their sizes recorded; its run id and index."""
-    shutil.copytree(fresh, old)
-    (rid,) = json.loads((old / "manifest.json").read_text())["runs"]
-    folder = store.run_dir(old, rid)
-    for table in PARTS:
-        f = folder / f"{table}.parquet"
-        rows = pq.read_table(f)
-        pq.write_table(rows.drop(["sig"]).replace_schema_metadata(schema.metadata(table)), f)
-    info = json.loads((folder / "run.json").read_text())
-    info["files"] = {t: (folder / f"{t}.parquet").stat().st_size for t in info["files"]}
-    (folder / "run.json").write_text(json.dumps(info))
-    manifest = json.loads((old / "manifest.json").read_text())
-    manifest["layout"] = 2
-    manifest["runs"][rid]["files"] = info["files"]
-    (old / "manifest.json").write_text(json.dumps(manifest))
-    return rid, manifest
-
-
-@pytest.fixture(scope="module")
-def fresh(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("fresh") / "store"
-    traceql.ingest(H200 / "contention.sqlite.xz", out)
-    return out
+    without sig, layout 2; its run id and index."""
+    return older_layout(fresh, old, 2, {table: lambda rows: rows.drop(["sig"]) for table in PARTS})
 
 
 def test_a_store_of_layout_2_is_refused_then_migrated_to_the_ids_ingest_gives(tmp_path, fresh):
