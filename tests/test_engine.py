@@ -154,6 +154,23 @@ def test_sweep_matches_brute_force(acts):
     assert set(KINDS) >= {a[2] for a in acts}
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(-5, 40), st.integers(0, 12)), min_size=0, max_size=40), st.booleans())
+def test_boundaries_are_the_distinct_times_and_each_intervals_index(intervals, in_start_order):
+    """Boundaries of intervals whose starts are in time order (merged from two sorted runs) and of intervals in any
+    order (one sort of every time): the distinct times, and each start's and end's index into them. Ties between
+    starts, ends and each other, and intervals of no length, included."""
+    if in_start_order:
+        intervals = sorted(intervals, key=lambda i: i[0])
+    start = np.array([s for s, _ in intervals], dtype=np.int64)
+    end = start + np.array([d for _, d in intervals], dtype=np.int64)
+    b = sweeps.Boundaries.of(start, end)
+    times = sorted({*start.tolist(), *end.tolist()})
+    assert b.t.tolist() == times
+    assert b.i_start.tolist() == [times.index(s) for s in start.tolist()]
+    assert b.i_end.tolist() == [times.index(e) for e in end.tolist()]
+
+
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 30), st.one_of(st.none(), st.floats(0, 100))), min_size=1, max_size=15,
                 unique_by=lambda s: s[0]),

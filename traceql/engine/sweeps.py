@@ -31,9 +31,25 @@ class Boundaries:
 
     @classmethod
     def of(cls, start: np.ndarray, end: np.ndarray) -> Boundaries:
-        t, inverse = np.unique(np.concatenate([start, end]), return_inverse=True)
         n = len(start)
-        return cls(t, inverse[:n], inverse[n:])
+        if n < 2 or np.any(start[1:] < start[:-1]):
+            t, inverse = np.unique(np.concatenate([start, end]), return_inverse=True)
+            return cls(t, inverse[:n], inverse[n:])
+        # starts in time order (a device's activities as the engine reads them): the ends sorted on their own (nearly
+        # in order already), then the two sorted runs merged (a stable sort of two runs is one merge), where a sort
+        # of all the times took twice as long (1.25 M activities: 0.06 against 0.11-0.14 s)
+        by_end = np.argsort(end, kind="stable")
+        both = np.concatenate([start, end[by_end]])
+        order = np.argsort(both, kind="stable")
+        times = both[order]
+        first = np.empty(len(times), dtype=bool)
+        first[0] = True
+        np.not_equal(times[1:], times[:-1], out=first[1:])
+        inverse = np.empty(len(times), dtype=np.int64)
+        inverse[order] = np.cumsum(first) - 1
+        i_end = np.empty(n, dtype=np.int64)
+        i_end[by_end] = inverse[n:]
+        return cls(times[first], inverse[:n], i_end)
 
     @cached_property
     def seg(self) -> np.ndarray:
