@@ -13,6 +13,8 @@ from hypothesis import strategies as st
 
 from traceql.stats import (
     group_medians,
+    grouped,
+    lookup,
     median_ci,
     ratio_ci,
     relative_spread,
@@ -365,6 +367,26 @@ def test_medians_are_duckdbs_to_the_bit(rows, partition_min):
     for k, m in want:
         assert sql_median(values[keys == k]) == m
     assert sql_median(np.array([])) is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 2**64 - 1) | st.integers(0, 5), min_size=1, max_size=60),
+       st.lists(st.integers(0, 2**64 - 1) | st.integers(0, 5), max_size=60))
+def test_grouped_and_lookup_are_a_stable_sort_and_a_binary_search(keys, at):
+    """``grouped``: the order of a stable sort by key (equal keys in the order they came), the sorted distinct keys
+    and where each begins; ``lookup``: each key's value by binary search in the sorted keys, NaN where absent. Keys
+    over the whole range of 64 bits, and small ones that repeat."""
+    keys = np.array(keys, dtype=np.uint64)
+    distinct, order, starts = grouped(keys)
+    want = np.argsort(keys, kind="stable")
+    assert order.tolist() == want.tolist()
+    assert distinct.tolist() == sorted(set(keys.tolist()))
+    assert starts.tolist() == [int(np.searchsorted(keys[want], k)) for k in distinct]
+    values = np.arange(len(distinct), dtype=np.float64) * 1.5
+    at = np.array(at, dtype=np.uint64)
+    expect = [values[distinct.tolist().index(a)] if a in distinct.tolist() else None for a in at.tolist()]
+    got = lookup(distinct, values, at)
+    assert [None if np.isnan(g) else g for g in got.tolist()] == expect
 
 
 def test_sql_median_of_a_pair_that_interpolation_misses():

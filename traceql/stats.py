@@ -16,6 +16,8 @@ from functools import lru_cache
 from statistics import NormalDist
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 from numpy.typing import ArrayLike
 
 NAN = float("nan")
@@ -103,13 +105,43 @@ def sorted_median(a: np.ndarray) -> float:
 def group_medians(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The median of ``values`` per distinct key (sorted keys, medians), as DuckDB's ``median`` computes it: the
     middle value, or lo * 0.5 + hi * 0.5 between the two middle ones (lo + (hi - lo) / 2 differs in the last bit).
-    The keys are sorted, and each key's values partitioned (:func:`segment_medians`), not sorted."""
+    The keys are grouped (:func:`grouped`), and each key's values partitioned (:func:`segment_medians`), not
+    sorted."""
     if not len(keys):
         return keys, values
-    order = np.argsort(keys)
-    k = keys[order]
-    first = np.flatnonzero(np.r_[True, k[1:] != k[:-1]])
-    return k[first], segment_medians(values[order], first)[0]
+    distinct, order, first = grouped(keys)
+    return distinct, segment_medians(values[order], first)[0]
+
+
+def distinct_codes(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct ``keys`` (in no order) and each key's index among them: a hash of each key, not a sort."""
+    enc = pc.dictionary_encode(pa.array(keys))
+    return enc.dictionary.to_numpy(zero_copy_only=False), enc.indices.to_numpy(zero_copy_only=False)
+
+
+def grouped(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The sorted distinct ``keys``, the stable order that groups equal keys in that order, and where each group
+    starts in it. For keys of a few distinct values (signatures): they are ranked through the distinct values, so
+    the stable sort is of small integers, a radix sort, where one of 64-bit keys is a merge sort (22 against 64 ms
+    for 1.25 M rows of 63 signatures)."""
+    distinct, codes = distinct_codes(keys)
+    by_value = np.argsort(distinct)
+    rank = np.empty(len(distinct), dtype=np.uint16 if len(distinct) <= 1 << 16 else np.int64)
+    rank[by_value] = np.arange(len(distinct))
+    ranks = rank[codes]
+    order = np.argsort(ranks, kind="stable")
+    starts = np.r_[0, np.cumsum(np.bincount(ranks, minlength=len(distinct)))[:-1]]
+    return distinct[by_value], order, starts
+
+
+def lookup(keys: np.ndarray, values: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """``values`` of the SORTED distinct ``keys`` at each of ``at``, NaN where absent: each distinct key of ``at``
+    looked up once."""
+    if not len(keys):
+        return np.full(len(at), np.nan)
+    distinct, codes = distinct_codes(at)
+    i = np.minimum(np.searchsorted(keys, distinct), len(keys) - 1)
+    return np.where(keys[i] == distinct, values[i], np.nan)[codes]
 
 
 def _lexsorted_medians(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

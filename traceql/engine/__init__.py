@@ -490,14 +490,6 @@ def _text(rows: pa.Table | None, column: str, index: np.ndarray) -> pa.Array | N
     return rows.column(column).combine_chunks().take(pa.array(index, mask=index < 0)).cast(pa.string())
 
 
-def _lookup(keys: np.ndarray, values: np.ndarray, at: np.ndarray) -> np.ndarray:
-    """``values`` of the sorted ``keys`` at ``at``, NaN where absent."""
-    if not len(keys):
-        return np.full(len(at), np.nan)
-    i = np.minimum(np.searchsorted(keys, at), len(keys) - 1)
-    return np.where(keys[i] == at, values[i], np.nan)
-
-
 def _sweeps(con: duckdb.DuckDBPyConnection) -> None:
     """``_instance_parts`` (each activity's row and ``_instance_sweeps``) and ``_device_unions``, in one pass per
     device over ``_activity_rows``, read in its order beside the GPU-metric samples, the launch contexts and the
@@ -718,9 +710,9 @@ def _isolated_dram(a: Columns, sig: np.ndarray, dur: np.ndarray, medians: tuple[
     alone on the device (``medians``: sorted signatures, medians), else its Nsight Compute profile's (``demand``:
     sorted signatures, rates, working sets), else a copy's or set's own bytes over its duration (twice for
     device-to-device copies), else 0; and its profiled working set (bytes; NaN where not profiled)."""
-    own = _lookup(*medians, sig)
+    own = stats.lookup(*medians, sig)
     ncu_sig, ncu_dram, ncu_ws = demand
-    fallbacks = [_lookup(ncu_sig, ncu_dram, sig)] if len(ncu_sig) else []
+    fallbacks = [stats.lookup(ncu_sig, ncu_dram, sig)] if len(ncu_sig) else []
     copy = ~np.ma.getdata(a["_kernel"]) & (dur > 0)
     if bandwidth is not None and bandwidth > 0 and copy.any():
         estimate = np.full(len(sig), np.nan)
@@ -730,7 +722,7 @@ def _isolated_dram(a: Columns, sig: np.ndarray, dur: np.ndarray, medians: tuple[
         fallbacks.append(estimate)
     for fallback in (*fallbacks, 0.0):
         own = np.where(np.isnan(own), fallback, own)
-    return own, _lookup(ncu_sig, ncu_ws, sig)
+    return own, stats.lookup(ncu_sig, ncu_ws, sig)
 
 
 def _corunner_demand(b: sweeps.Boundaries, dur: np.ndarray, over: np.ndarray, own: np.ndarray, ws: np.ndarray) \
