@@ -316,3 +316,24 @@ def test_staging_folders_of_killed_ingests_are_removed(tmp_path, overlap_sqlite)
     left = set(out.glob(".tmp-*"))
     assert not set(killed) & left and alive in left and legacy in left
     assert len(store.read_manifest(out)["runs"]) == 1  # the killed ingest published nothing
+
+
+def test_run_json_is_replaced_whole_or_not_at_all(tmp_path, monkeypatch):
+    """A run's run.json (written last: a run folder with one is complete) is written under a name of its own and
+    renamed over the one before. Stopped before the rename, the previous run.json is as it was, and nothing else is
+    left in the folder."""
+    from traceql.store import writer
+
+    writer.write_run_json(tmp_path, {"run_id": "r", "tables": {}})
+    before = (tmp_path / "run.json").read_text()
+
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(writer.os, "replace", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        writer.finish_run(tmp_path, writer.RunInfo(run_id="r", source_path="", sha256="", format="",
+                                                   tables={"kernels": 3}, files={"kernels": 10}))
+    monkeypatch.undo()
+    assert (tmp_path / "run.json").read_text() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["run.json"]

@@ -35,7 +35,7 @@ from ..sources.nsys.source import open_source
 from ..store import remote, schema, screen
 from ..store.metrics import write_wide
 from ..store.wide import metric_names
-from ..store.writer import ORDERS, ROW_GROUP, RunInfo, finish_run, own_columns, write_streamed
+from ..store.writer import ORDERS, ROW_GROUP, RunInfo, finish_run, own_columns, write_run_json, write_streamed
 from ..version import __version__
 
 EVENT_TABLES = ("kernels", "memcpy", "memset", "nvtx", "runtime_api", "gpu_metrics")
@@ -500,9 +500,7 @@ def _finish_completion(folder: Path, entry: dict, staged: dict[str, Path], table
         info["files"]["runs"] = (folder / "runs.parquet").stat().st_size
     info.pop("already", None)
     info.pop("warnings", None)
-    finish = folder / f"{store.staging_prefix()}run.json"
-    finish.write_text(json.dumps(info, indent=2))
-    os.replace(finish, folder / store.RUN_INFO)
+    write_run_json(folder, info)
     entry.update({k: info[k] for k in ("tables", "files", "repairs", "columns", "deferred")})
     return entry
 

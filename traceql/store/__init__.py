@@ -47,9 +47,9 @@ from .. import duck
 from ..errors import BadInputError, MissingInputError, SchemaVersionError
 from ..output import NO_ROOM, unwritable
 from . import schema
+from .writer import RUN_INFO
 
 MANIFEST = "manifest.json"
-RUN_INFO = "run.json"
 STORE_FORMAT = "traceql-run-store"
 # 4: runs/run_id=<run_id>/, file sizes in run.json, signature ids (sig) in kernels, memcpy and memset, GPU metrics
 # wide (a row per GPU and sample time); 3: the same with GPU metrics long (a row per sample and metric); 2: nor sig;

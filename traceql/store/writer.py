@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -10,6 +11,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from . import schema
+
+RUN_INFO = "run.json"  # what a run records of itself, written last: a run folder with one is complete
 
 
 @dataclass
@@ -47,7 +50,19 @@ def finish_run(folder: Path, info: RunInfo) -> None:
     info.columns = {**{t: c for t, c in info.columns.items() if t in schema.WIDE},
                     **{t: own_columns(folder / f"{t}.parquet", t) for t in schema.WIDE
                        if (folder / f"{t}.parquet").is_file()}}
-    (folder / "run.json").write_text(json.dumps(asdict(info), indent=2))
+    write_run_json(folder, asdict(info))
+
+
+def write_run_json(folder: Path, info: dict) -> None:
+    """``folder``'s ``run.json``, whole or not at all: written under a name of its own (a dot file, which readers pass
+    over), then renamed over the one before. An interruption leaves the previous ``run.json`` as it was: a run folder
+    whose ``run.json`` is written is complete, so a half-written one would pass for a damaged run."""
+    part = folder / f".{RUN_INFO}.{os.getpid()}.part"
+    try:
+        part.write_text(json.dumps(info, indent=2))
+        os.replace(part, folder / RUN_INFO)
+    finally:
+        part.unlink(missing_ok=True)
 
 
 # the order of a kernels file: by device and time (a sweep reads each device's kernels in one pass), then the ids
