@@ -208,9 +208,11 @@ def keep_file(con: duckdb.DuckDBPyConnection, table: str, empty: pa.Table, piece
         if not os.path.isdir(folder):
             os.makedirs(folder)
             weakref.finalize(con, _remove_folder, folder)
-        # text columns as dictionaries, where the first piece has them
+        # text columns as dictionaries, where the first piece has them; integers as deltas
         out = pq.ParquetWriter(path, head[0].schema, compression=FILE_COMPRESSION, write_statistics=False,
                                use_dictionary=[f.name for f in head[0].schema if _is_text(f.type)],
+                               column_encoding={f.name: "DELTA_BINARY_PACKED" for f in head[0].schema
+                                                if pa.types.is_integer(f.type)},
                                data_page_version=FILE_PAGES)
         for piece in head:
             _write(out, piece)
@@ -316,6 +318,10 @@ FILE_COMPRESSION = "lz4"
 # Parquet's version 2 data pages: the same rows written in 0.47-0.51 s against 0.55-0.56 s with version 1 pages, the
 # same size, and read back by DuckDB as fast (0.22-0.24 s against 0.23-0.26 s for every column)
 FILE_PAGES = "2.0"
+# Integer columns are written as deltas (DELTA_BINARY_PACKED), then lz4: times, ids and counts of activities in time
+# order differ little from row to row. 1 M rows of _instance_parts: 45 MiB against 64 MiB, written as fast, a scan of
+# five columns by DuckDB 0.030 s against 0.046 s; attribute_bench.py at 10 M kernels, three runs each, alternating:
+# 42.6-44.7 s and 74.5-76.5 s of CPU against 44.4-46.7 s and 77.2-80.4 s
 # a table shorter than this stays in memory: its file would save little memory, and cost a file per connection
 FILE_MIN_ROWS = CHECKPOINT_ROWS
 
