@@ -47,7 +47,7 @@ from .. import duck
 from ..errors import BadInputError, MissingInputError, SchemaVersionError
 from ..output import NO_ROOM, unwritable
 from . import schema
-from .writer import RUN_INFO
+from .writer import KERNEL_ORDER, RUN_INFO, RunInfo, finish_run, own_columns, write_streamed
 
 MANIFEST = "manifest.json"
 STORE_FORMAT = "traceql-run-store"
@@ -220,8 +220,6 @@ def migrate(root: Path, progress: Callable[[int, int, str], None] | None = None)
     store with this command, and an interrupted migration is finished by running it again. Nothing is re-ingested;
     the traces are not needed.
     """
-    from .writer import KERNEL_ORDER, RunInfo, finish_run
-
     if root.is_file():
         raise BadInputError(f"{root}: a file, not a run directory; give a folder written by `traceql ingest -o` (a "
                             f"trace needs no migration: `traceql ingest {root} -o RUN_DIR` reads it)")
@@ -317,7 +315,6 @@ def _upgrade(folder: Path, info: dict) -> bool:
     and any repairs of that); whether any file changed."""
     from .metrics import write_wide
     from .wide import metric_names
-    from .writer import write_streamed
 
     changed = False
     run_id = run_id_of(folder) or folder.name
@@ -674,8 +671,6 @@ def _run_files(root: Path, run_id: str, entry: dict) -> Iterator[tuple[str, Path
             if sizes.get(table) == size and isinstance(recorded, list) and all(isinstance(c, str) for c in recorded):
                 own = tuple(recorded)
             else:  # not recorded (an earlier traceql), or not as written: the footer says
-                from .writer import own_columns
-
                 own = tuple(own_columns(f, table))
         yield table, f, complete, own
 
