@@ -282,8 +282,13 @@ class _Texts:
         if isinstance(enc, pa.ChunkedArray):
             enc = enc.combine_chunks() if enc.num_chunks != 1 else enc.chunk(0)
         names = enc.dictionary.to_pylist()
-        table = np.array([*(self._codes.setdefault(v, len(self._codes)) for v in names), -1], dtype=np.int32)
-        self.names.extend(list(self._codes)[len(self.names):])
+        table = np.empty(len(names) + 1, dtype=np.int32)
+        table[-1] = -1  # NULL
+        for i, name in enumerate(names):
+            if (code := self._codes.get(name)) is None:
+                code = self._codes[name] = len(self.names)
+                self.names.append(name)
+            table[i] = code
         return table[pc.fill_null(enc.indices, len(names)).to_numpy(zero_copy_only=False)]
 
 
