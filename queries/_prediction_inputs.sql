@@ -19,12 +19,12 @@
 --   link_hi           DOUBLE   link prediction, high
 --   sm_predicted      DOUBLE   SM model's point prediction for the overlapped time (sm_pt / f)
 --   dram_busy         DOUBLE   DRAM rate during it / saturation
---   extra_bytes_frac  DOUBLE   DRAM traffic beyond what victim and co-runners move alone (relative)
+--   extra_bytes_frac  DOUBLE   witness only: DRAM traffic beyond what victim and co-runners move alone (relative)
 --   dram_sat_pct      DOUBLE   the device's DRAM saturation (% of peak)
 --   memory_bound      BOOLEAN  isolated DRAM rate >= memory_bound_frac of saturation
 --   footprint         BOOLEAN  a co-runner has a cache footprint
 --   clock_power       BOOLEAN  the clock dropped while the device drew more power than in isolation
---   cache_evidence    VARCHAR  dram_bytes, ncu_working_set or NULL
+--   cache_evidence    VARCHAR  ncu_working_set, footprint or NULL
 SELECT group_id, sm_lo, sm_pt, sm_hi, dram_lo, dram_pt, dram_hi, cache_lo, cache_pt, cache_hi, clock_lo, clock_pt,
        clock_hi, link_lo, link_pt, link_hi, sm_pt / nullif(f, 0) AS sm_predicted, dram_pct / dram_sat_pct AS dram_busy,
        extra_bytes_frac, dram_sat_pct, memory_bound, footprint, clock_power, cache_evidence

@@ -1,7 +1,8 @@
--- _thresholds: the constants that decide a class, one row. Each sits between the values measured on the two sides of
--- it in the known-cause traces (tests/data/h100 and h200 known_cause.sqlite.xz, collected by
--- collectors/known_cause.py); benchmarks/validate_attribution.py prints every case's witness next to its threshold
--- (docs/validation.md), docs/attribution.md explains each.
+-- _thresholds: the constants that open a model (which factors are present), one row. Each was placed between values
+-- of the calibration set (tests/data/h100 and h200 known_cause.sqlite.xz, collected by collectors/known_cause.py),
+-- and is tested on the evaluation set (tests/data/eval), collected later with kernels of other families;
+-- benchmarks/validate_attribution.py prints every case's witness next to its threshold (docs/validation.md). The
+-- models' error bands are in _calibration.
 -- columns:
 --   memory_bound_frac     DOUBLE  a victim whose isolated DRAM rate is at least this fraction of the device's
 --                                 saturation is bandwidth-bound: the SM model becomes a roofline and the clock may
@@ -16,8 +17,5 @@
 --   dram_sat_floor_pct    DOUBLE  DRAM saturation is never taken below this (% of peak): what full-grid streaming
 --                                 kernels reach alone (H100 89.9%, H200 89.4%); a trace that never saturates DRAM
 --                                 would otherwise calibrate saturation to its own highest, unsaturated rate
---   cache_extra_min       DOUBLE  cache evidence: DRAM bytes during the overlap above what victim and co-runners move
---                                 alone by at least this fraction (streams and copies with no reuse -0.2%..+23%;
---                                 L2-resident pairs +101%..+152%)
 SELECT 0.5::DOUBLE AS memory_bound_frac, 0.6::DOUBLE AS dram_busy_frac, 5.0::DOUBLE AS footprint_min_pct,
-       88.0::DOUBLE AS dram_sat_floor_pct, 0.5::DOUBLE AS cache_extra_min
+       88.0::DOUBLE AS dram_sat_floor_pct

@@ -1,32 +1,35 @@
 -- instance_predictions: per overlapped GPU activity instance with a baseline, what each contended resource
--- predicts for its slowdown, as an interval [lo, hi] and a point, in units of the instance's own slowdown
--- (t/t0 - 1). A model predicts from what the co-runners demand and what the device shows it can supply; none of
--- them takes "what is left" of the observed slowdown. Thresholds: _thresholds; device limits: _device_calibration.
--- SM: the co-runners' SMs (their CTAs, capped at the SM count); the bracket
---     between the throughput form S/(S-N) - 1 and the wave form ceil(B/(occ(S-N)))/ceil(B/(occ S)) - 1, no loss
---     when the CTAs fit in the free SMs; for a bandwidth-bound victim a roofline: loss only when the free SMs,
---     at the best per-SM DRAM rate the trace shows (+-10%), cannot pull the victim's isolated rate. When the
---     co-runners leave less than one SM free (on average over the overlap), the victim's CTAs run beside theirs
---     and share issue slots: from no loss to 2x.
--- DRAM: only when the device rate during the instance reaches dram_busy_frac of saturation; from the demand
---     alone of victim and co-runners: proportional sharing (lo) up to the victim getting only what the co-runners
---     leave (hi); the point divides the demand by the rate measured.
--- cache: only beside a co-runner with a footprint (DRAM traffic or a profiled working set); the witness is DRAM
---     traffic beyond what victim and co-runners move alone; the victim's share of it, over its own bytes, is the
---     time it costs at its bandwidth share (+-5% of the measured rate; co-runners stretched like the victim, or not). Without GPU metrics, a profiled working set
---     that fits in L2 alone but not beside the co-runners' brackets the loss between none and all L2 hits missing.
--- clock: the isolated clock over the instance's clock (its cycles unchanged), down to no effect: how much of a
---     kernel's time follows the SM clock is not measured; the point is the full effect for a kernel that does not
---     wait on DRAM, none for a bandwidth-bound one, a collective or a copy.
--- The cache witness needs 2+ metric samples inside the instance and a victim the SM model predicts no loss for.
--- link: communication beside other communication may share links: up to doubling while they overlap.
--- SM and DRAM predictions are for the overlapped time and scale with the overlap fraction f.
+-- predicts for its slowdown (t/t0 - 1): a point, and a band that is the model's error measured on the calibration set
+-- (_calibration). No prediction reads the instance's own duration, nor anything computed from it: the inputs are the
+-- victim's isolated behaviour (its pool's isolated DRAM rate, its launch configuration and occupancy), the
+-- co-runners' demand (SMs their CTAs hold, their isolated DRAM rates and profiled working sets), the device (SM
+-- count, L2 size, the DRAM saturation and per-SM rate the trace shows) and the GPC clock measured during the
+-- instance. Device-wide DRAM traffic measured during the instance is a witness only: it says whether DRAM was busy.
+-- Each factor first predicts the slowdown while overlapped (x); with overlap fraction f, a victim that runs 1+x
+-- times slower while overlapped and at its own speed otherwise is slowed by f*x / (1 + x - f*x) in all.
+-- SM: co-running kernels' CTAs spread one per SM (the block scheduler places breadth-first), so they hold
+--     min(S, CTAs) SMs; the victim loses nothing while its CTAs fit in the free SMs (B <= occ*F). Otherwise its
+--     throughput follows the SMs it can use: x = min(B, occ*S) / (occ*F) - 1 (many waves: S/F - 1; less than a
+--     wave: the part of the grid that no longer fits). A bandwidth-bound victim (isolated rate >= memory_bound_frac
+--     of saturation) loses only what its free SMs cannot pull at the device's best per-SM rate. When co-runners sit
+--     on every SM (F < 1), the victim's CTAs run beside theirs: an equal share of the issue slots, x = 1.
+-- DRAM: when the victim's and co-runners' isolated rates together exceed saturation, and the rate measured during
+--     the instance shows DRAM busy (dram_busy_frac of saturation; no metrics: the demand alone), the bandwidth is
+--     shared max-min fairly: the victim keeps min(r_v, max(sat/2, sat - r_c)), x = r_v / that - 1.
+-- cache: for kernels (a copy engine streams, with no reuse to lose), beside co-runners with a footprint (isolated DRAM rate >= footprint_min_pct, or a profiled working set),
+--     with DRAM busy: the victim's L2 reuse lost. With a Nsight Compute profile whose working set fits in L2 alone
+--     but not beside the co-runners', every hit becomes a miss: x = 1/(1 - hit rate) - 1 times the victim's share
+--     of DRAM under sharing; without one, the calibrated in-overlap loss (_calibration.cache_in_overlap).
+--     `dram_bw` and `cache` explain the same busy DRAM two ways: kernel_attribution takes one of them.
+-- clock: the isolated clock over the instance's clock (its cycles unchanged), weighted by the share of its time
+--     the victim does not wait on DRAM (1 - r_v/sat); none for copies and collectives (links and memory).
+-- link: communication beside other communication may share links: half of doubling while they overlap.
 -- columns:
 --   run_id              VARCHAR  run
 --   device_id           INTEGER  physical GPU
 --   activity_id         BIGINT   activity (_activities)
 --   group_id            BIGINT   its group (_signature_stats)
---   observed            DOUBLE   its slowdown: dur_ns / t0_ns - 1
+--   observed            DOUBLE   its slowdown: dur_ns / t0_ns - 1 (for comparison only: no prediction reads it)
 --   f                   DOUBLE   overlap fraction
 --   held_sms            DOUBLE   SMs co-running kernels held while overlapping it (capped at the SM count)
 --   free_sms            DOUBLE   SMs left to it
@@ -34,27 +37,27 @@
 --   memory_bound        BOOLEAN  isolated DRAM rate >= memory_bound_frac of saturation
 --   dram_iso_pct        DOUBLE   the victim's isolated DRAM rate (% of peak; GPU metrics, else Nsight Compute)
 --   co_dram_pct         DOUBLE   co-runners' isolated DRAM rate while overlapping it (% of peak)
---   dram_pct            DOUBLE   device DRAM rate measured during it (% of peak)
+--   dram_pct            DOUBLE   device DRAM rate measured during it (% of peak): a witness
 --   dram_sat_pct        DOUBLE   the device's DRAM saturation (_device_calibration)
---   extra_bytes_frac    DOUBLE   DRAM traffic during it beyond what victim and co-runners move alone, relative
+--   extra_bytes_frac    DOUBLE   witness only: DRAM traffic during it beyond what victim and co-runners move alone
 --   footprint           BOOLEAN  a co-runner has a cache footprint
---   sm_lo               DOUBLE   SM prediction, low
+--   sm_lo               DOUBLE   SM prediction, point minus its band
 --   sm_pt               DOUBLE   SM prediction, point
---   sm_hi               DOUBLE   SM prediction, high
---   dram_lo             DOUBLE   DRAM prediction, low
+--   sm_hi               DOUBLE   SM prediction, point plus its band
+--   dram_lo             DOUBLE   DRAM prediction, point minus its band
 --   dram_pt             DOUBLE   DRAM prediction, point
---   dram_hi             DOUBLE   DRAM prediction, high
---   cache_lo            DOUBLE   cache prediction, low
+--   dram_hi             DOUBLE   DRAM prediction, point plus its band
+--   cache_lo            DOUBLE   cache prediction, point minus its band
 --   cache_pt            DOUBLE   cache prediction, point
---   cache_hi            DOUBLE   cache prediction, high
---   clock_lo            DOUBLE   clock prediction, low
+--   cache_hi            DOUBLE   cache prediction, point plus its band
+--   clock_lo            DOUBLE   clock prediction, point minus its band
 --   clock_pt            DOUBLE   clock prediction, point
---   clock_hi            DOUBLE   clock prediction, high
---   link_lo             DOUBLE   link prediction, low
+--   clock_hi            DOUBLE   clock prediction, point plus its band
+--   link_lo             DOUBLE   link prediction, point minus its band
 --   link_pt             DOUBLE   link prediction, point
---   link_hi             DOUBLE   link prediction, high
+--   link_hi             DOUBLE   link prediction, point plus its band
 --   clock_power         BOOLEAN  the clock dropped while the device drew more power than in isolation (NVML)
---   cache_evidence      VARCHAR  dram_bytes (traffic beyond the alone rates), ncu_working_set (profiles), or NULL
+--   cache_evidence      VARCHAR  ncu_working_set (profiles), footprint (co-runners with DRAM traffic), or NULL
 WITH inst AS (
     SELECT i.run_id, i.device_id, i.activity_id, b.group_id, i.activity, i.activity_class, i.dur_ns, b.t0_ns,
            i.samples,
@@ -66,93 +69,73 @@ WITH inst AS (
            n.l2_hit_pct, n.working_set_bytes, i.co_working_set_bytes, d.l2_bytes,
            -- the victim's own alone rate is evidently achievable (Nsight Compute's scale may differ a little)
            greatest(c.dram_sat_pct, coalesce(p.dram_pct_iso, n.dram_pct, 0)) AS sat, c.dram_per_sm_pct AS per_sm,
-           t.memory_bound_frac, t.dram_busy_frac, t.footprint_min_pct, t.cache_extra_min
+           t.memory_bound_frac, t.dram_busy_frac, t.footprint_min_pct,
+           k.sm_band, CASE WHEN i.activity = 'kernel' THEN k.dram_bw_band ELSE k.dram_bw_copy_band END AS dram_bw_band, k.cache_band, k.clock_band, k.link_band, k.cache_in_overlap
     FROM instance_facts i JOIN _instance_baselines b USING (run_id, activity_id)
     -- the medians over the isolated instances of its pool (traceql.baselines)
     LEFT JOIN _signature_stats p ON p.group_id = b.group_id
     LEFT JOIN _ncu_demand n ON n.run_id = i.run_id AND n.device_id = i.device_id AND n.sig = i.sig
     LEFT JOIN _device_calibration c ON c.run_id = i.run_id AND c.device_id = i.device_id
     LEFT JOIN devices d ON d.run_id = i.run_id AND d.device_id = i.device_id
-    CROSS JOIN _thresholds t
+    CROSS JOIN _thresholds t CROSS JOIN _calibration k
     WHERE i.overlap_ns > 0 AND b.t0_ns > 0
 ), shaped AS (
     SELECT *,
            s_count - held AS free,
            coalesce(r_v >= memory_bound_frac * sat, false) AS memory_bound,
-           -- bytes the victim's work needs, plus what the co-runners move while beside it: at their alone rate
-           -- for as long as their own work would take (co-runners stretched like the victim), or for the whole
-           -- overlap (co-runners not stretched at all): the two ends of the cache interval
-           r_v * t0_ns + coalesce(r_c, 0) * f * t0_ns AS bytes_alone,
-           r_v * t0_ns + coalesce(r_c, 0) * f * dur_ns AS bytes_alone_max,
-           coalesce(r_c >= footprint_min_pct, false) OR coalesce(co_working_set_bytes > 0, false) AS footprint
+           coalesce(r_c >= footprint_min_pct, false) OR coalesce(co_working_set_bytes > 0, false) AS footprint,
+           -- the witness: DRAM busy during the instance (without GPU metrics, the demand alone decides)
+           coalesce(c_dram >= dram_busy_frac * sat, true) AS dram_busy
     FROM inst
-), sm AS (
+), in_overlap AS (
+    -- each factor's slowdown while overlapped (x), from demand and the device alone
     SELECT *,
-        -- co-runners on every SM: the victim's CTAs run beside theirs, sharing issue slots: up to twice as long
         CASE WHEN activity <> 'kernel' OR held <= 0 OR ctas <= occ * free THEN 0
-             WHEN free < 1 THEN 1 ELSE s_count / free - 1 END AS sm_tput,
-        CASE WHEN activity <> 'kernel' OR held <= 0 OR ctas <= occ * free THEN 0
-             WHEN free < 1 THEN 0
-             ELSE ceil(ctas / (occ * free)) / ceil(ctas / (occ * s_count)) - 1 END AS sm_wave,
-        CASE WHEN free >= 1 THEN greatest(0, r_v / least(sat, per_sm * 1.1 * free) - 1) END AS roof_lo,
-        CASE WHEN free >= 1 THEN greatest(0, r_v / least(sat, per_sm * free) - 1) END AS roof_pt,
-        CASE WHEN free >= 1 THEN greatest(0, r_v / least(sat, per_sm * 0.9 * free) - 1) END AS roof_hi,
-        coalesce(c_dram >= dram_busy_frac * sat, r_v + r_c > sat) AS dram_busy,
-        c_dram * dur_ns - bytes_alone AS extra_bytes
+             WHEN free < 1 THEN 1
+             WHEN memory_bound THEN greatest(0, r_v / least(sat, per_sm * free) - 1)
+             ELSE least(ctas, occ * s_count) / (occ * free) - 1 END AS x_sm,
+        CASE WHEN dram_busy AND r_v > 0 AND r_c IS NOT NULL AND r_v + r_c > sat
+             THEN r_v / least(r_v, greatest(sat / 2, sat - r_c)) - 1 ELSE 0 END AS x_dram,
+        -- a copy engine streams: it has no reuse in L2 to lose
+        CASE WHEN activity <> 'kernel' OR NOT (footprint AND dram_busy AND r_v > 0) THEN 0
+             -- profiled: fits in L2 alone, not beside the co-runners: every hit becomes a miss, at its DRAM share
+             WHEN l2_hit_pct IS NOT NULL AND working_set_bytes <= l2_bytes
+                  AND working_set_bytes + co_working_set_bytes > l2_bytes
+             THEN (1 / (1 - least(l2_hit_pct, 99) / 100)) * r_v / least(r_v, greatest(sat / 2, sat - coalesce(r_c, 0)))
+                  - 1
+             WHEN l2_hit_pct IS NOT NULL AND co_working_set_bytes IS NOT NULL THEN 0
+             ELSE cache_in_overlap END AS x_cache,
+        CASE WHEN activity_class <> 'compute' OR NOT (clock > 0 AND clock_iso > 0) THEN 0
+             ELSE (clock_iso / clock - 1) * (1 - least(1, coalesce(r_v, 0) / sat)) END AS x_clock,
+        CASE WHEN activity_class = 'comm' AND f > 0 THEN 0.5 * comm_fraction / f ELSE 0 END AS x_link
     FROM shaped
 ), predicted AS (
+    -- over the whole instance: 1+x times slower for the overlapped share f of it
     SELECT *,
-        f * CASE WHEN memory_bound AND sm_tput > 0 AND free >= 1 THEN roof_lo ELSE least(sm_tput, sm_wave) END AS sm_lo,
-        f * CASE WHEN memory_bound AND sm_tput > 0 AND free >= 1 THEN roof_pt
-                 WHEN free < 1 THEN (sm_tput + sm_wave) / 2
-                 WHEN ctas < occ * s_count THEN sm_wave ELSE sm_tput END AS sm_pt,
-        f * CASE WHEN memory_bound AND sm_tput > 0 AND free >= 1 THEN roof_hi ELSE greatest(sm_tput, sm_wave) END
-            AS sm_hi,
-        CASE WHEN dram_busy AND r_v IS NOT NULL AND r_c IS NOT NULL
-             THEN f * greatest(0, (r_v + r_c) / sat - 1) ELSE 0 END AS dram_lo,
-        CASE WHEN dram_busy AND r_v IS NOT NULL AND r_c IS NOT NULL
-             -- the victim gets what the co-runners leave of the rate measured (at least a twentieth of saturation)
-             THEN f * greatest(0, (r_v + r_c) / sat - 1,
-                               r_v / greatest(coalesce(least(c_dram, sat), sat) - r_c, 0.05 * sat) - 1) ELSE 0 END
-            AS dram_hi,
-        CASE WHEN dram_busy AND r_v IS NOT NULL AND r_c IS NOT NULL
-             THEN f * greatest(0, (r_v + r_c) / coalesce(least(c_dram, sat), sat) - 1) ELSE 0 END AS dram_raw,
-        -- the witness needs the rate measured inside the activity (2+ samples), and a victim that keeps its SMs:
-        -- a victim that loses SMs re-fetches data as its waves change (extra bytes without any cache footprint)
-        footprint AND extra_bytes >= cache_extra_min * bytes_alone AND r_v > 0 AND samples >= 2
-            AND coalesce(sm_tput, 0) = 0 AND coalesce(sm_wave, 0) = 0 AS cache_measured,
-        c_dram IS NULL AND l2_hit_pct IS NOT NULL AND working_set_bytes <= l2_bytes
-            AND working_set_bytes + co_working_set_bytes > l2_bytes AS cache_profiled,
-        -- without clock samples there is no clock evidence: no clock effect
-        CASE WHEN clock > 0 AND clock_iso > 0 THEN clock_iso / clock - 1 ELSE 0 END AS clock_e
-    FROM sm
+        f * x_sm / (1 + x_sm - f * x_sm) AS sm_pt, f * x_dram / (1 + x_dram - f * x_dram) AS dram_pt,
+        f * x_cache / (1 + x_cache - f * x_cache) AS cache_pt,
+        -- the clock is measured over the whole instance
+        x_clock AS clock_pt,
+        f * x_link / (1 + x_link - f * x_link) AS link_pt
+    FROM in_overlap
 )
 SELECT run_id, device_id, activity_id, group_id, dur_ns / t0_ns - 1 AS observed, f, held AS held_sms,
        free AS free_sms, occ AS occupancy, memory_bound, r_v AS dram_iso_pct, r_c AS co_dram_pct, c_dram AS dram_pct,
-       sat AS dram_sat_pct, extra_bytes / nullif(bytes_alone, 0) AS extra_bytes_frac, footprint,
-       sm_lo, sm_pt, sm_hi,
-       dram_lo, least(dram_hi, greatest(dram_lo, dram_raw)) AS dram_pt, dram_hi,
-       -- the victim's share of the extra bytes (in proportion to the alone rates) costs at least their time at the
-       -- best rate the co-runners leave it
-       CASE WHEN cache_measured THEN greatest(0, 0.95 * c_dram * dur_ns - bytes_alone_max) * r_v
-                                     / (r_v + coalesce(r_c, 0)) / (greatest(r_v, sat - coalesce(r_c, 0)) * t0_ns)
-            ELSE 0 END AS cache_lo,
-       CASE WHEN cache_measured THEN extra_bytes * r_v / (r_v + coalesce(r_c, 0)) / (r_v * t0_ns)
-            WHEN cache_profiled THEN f * (1 / (1 - l2_hit_pct / 100) - 1) / 2
-            ELSE 0 END AS cache_pt,
-       -- which kernel missed more is unknown: at most every extra byte is the victim's
-       CASE WHEN cache_measured THEN (1.05 * c_dram * dur_ns - bytes_alone) / (r_v * t0_ns)
-            WHEN cache_profiled THEN f * (1 / (1 - l2_hit_pct / 100) - 1)
-            ELSE 0 END AS cache_hi,
-       -- the share of its time a victim waits on DRAM (its isolated rate over saturation) does not scale with clock
-       -- how much of its time follows the SM clock is not measured: from none of it to all of it; the point is all
-       -- of it for a kernel that does not wait on DRAM, none for collectives and copies (links and memory)
-       least(0, clock_e) AS clock_lo,
-       CASE WHEN memory_bound OR activity_class <> 'compute' THEN 0 ELSE clock_e END AS clock_pt,
-       greatest(0, clock_e) AS clock_hi,
-       0.0::DOUBLE AS link_lo,
-       CASE WHEN activity_class = 'comm' THEN comm_fraction / 2 ELSE 0 END AS link_pt,
-       CASE WHEN activity_class = 'comm' THEN comm_fraction ELSE 0 END AS link_hi,
-       coalesce(clock_e > 0 AND power_w > power_iso, false) AS clock_power,
-       CASE WHEN cache_measured THEN 'dram_bytes' WHEN cache_profiled THEN 'ncu_working_set' END AS cache_evidence
+       sat AS dram_sat_pct,
+       (c_dram * dur_ns - (r_v * t0_ns + coalesce(r_c, 0) * f * t0_ns)) / nullif(r_v * t0_ns + coalesce(r_c, 0) * f
+           * t0_ns, 0) AS extra_bytes_frac,
+       footprint,
+       -- a band where the calibration measured one; else the prediction's own size (none to twice the point)
+       sm_pt - coalesce(sm_band, abs(sm_pt)) AS sm_lo, sm_pt, sm_pt + coalesce(sm_band, abs(sm_pt)) AS sm_hi,
+       dram_pt - coalesce(dram_bw_band, abs(dram_pt)) AS dram_lo, dram_pt,
+       dram_pt + coalesce(dram_bw_band, abs(dram_pt)) AS dram_hi,
+       cache_pt - coalesce(cache_band, abs(cache_pt)) AS cache_lo, cache_pt,
+       cache_pt + coalesce(cache_band, abs(cache_pt)) AS cache_hi,
+       clock_pt - coalesce(clock_band, abs(clock_pt)) AS clock_lo, clock_pt,
+       clock_pt + coalesce(clock_band, abs(clock_pt)) AS clock_hi,
+       link_pt - coalesce(link_band, abs(link_pt)) AS link_lo, link_pt,
+       link_pt + coalesce(link_band, abs(link_pt)) AS link_hi,
+       coalesce(clock_pt > 0 AND power_w > power_iso, false) AS clock_power,
+       CASE WHEN x_cache > 0 AND l2_hit_pct IS NOT NULL AND co_working_set_bytes IS NOT NULL THEN 'ncu_working_set'
+            WHEN x_cache > 0 THEN 'footprint' END AS cache_evidence
 FROM predicted

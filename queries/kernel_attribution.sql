@@ -1,10 +1,14 @@
 -- kernel_attribution: per (sub-)signature group of GPU activity (kernels of every kind, copies, sets; and NVTX
 -- group): the observed slowdown with its interval, what each contended resource predicts for it (instance_predictions,
--- medians over the overlapped instances: _group_predictions), and the class. Predictions combine multiplicatively:
--- 1 + predicted = (1+sm)(1+dram_bw)(1+cache)(1+clock)(1+link); each factor's part of the predicted slowdown is
--- predicted·ln(1+p)/ln(1+predicted), so the parts add up to the prediction and residual = slowdown - predicted.
--- A class needs the observed interval to meet the predicted one (agreement); the factor with at least half the
--- predicted slowdown names it, else mixed; a slowdown the models under- or over-predict is unexplained, with why.
+-- medians over the overlapped instances: _group_predictions; none reads the observed durations), and the class.
+-- Predictions combine multiplicatively: 1 + predicted = (1+sm)(1+memory)(1+clock)(1+link), where memory is DRAM
+-- bandwidth or lost L2 reuse (two explanations of one busy DRAM: the one nearer the observation in band units is
+-- taken); each factor's part of the prediction is predicted·ln(1+p)/ln(1+predicted), so the parts add up to it. The
+-- band is the root sum of squares of the present factors' calibrated error bands (_calibration).
+-- Class: with the observed interval within the band of the prediction, the factor with at least half of it (else
+-- mixed); a single present factor that misses its band is still named, its error in the reason; several that miss
+-- name the largest when together they predict between half and twice the observation; unexplained is loss that no
+-- present factor accounts for.
 -- columns:
 --   run_id               VARCHAR  run
 --   device_id            INTEGER  physical GPU
@@ -51,8 +55,8 @@
 --   sm_predicted         DOUBLE   SM model's point prediction for the overlapped time (median over instances)
 --   significant          BOOLEAN  the slowdown interval excludes 0 and |slowdown| >= 1%
 --   predicted            DOUBLE   the slowdown all factors predict together (point)
---   predicted_lo         DOUBLE   its interval, low
---   predicted_hi         DOUBLE   its interval, high
+--   predicted_lo         DOUBLE   predicted - predicted_band
+--   predicted_hi         DOUBLE   predicted + predicted_band
 --   agreement            VARCHAR  agrees (intervals meet), under (the models predict less), over (more)
 --   sm                   DOUBLE   part of the prediction from SMs taken
 --   dram_bw              DOUBLE   part from DRAM bandwidth
@@ -71,7 +75,11 @@
 --   link_lo              DOUBLE   link prediction interval, low
 --   link_hi              DOUBLE   link prediction interval, high
 --   class                VARCHAR  sm, dram_bw, cache, clock, link, mixed, unexplained, none, conflated
---   reason               VARCHAR  why the class is none/unexplained or a number is missing
+--   reason               VARCHAR  why the class is none/unexplained, a present cause's error when it misses its band,
+--                                 or why a number is missing
+--   predicted_band       DOUBLE   the prediction's error band: root sum of squares of its present factors' calibrated
+--                                 bands (predicted_lo/hi = predicted -/+ it)
+--   memory_explanation   VARCHAR  dram_bw or cache: the explanation of a busy DRAM taken (NULL: neither present)
 --   dram_pct_iso         DOUBLE   witness: DRAM bandwidth, isolated instances (% of peak)
 --   dram_pct_ovl         DOUBLE   witness: DRAM bandwidth, overlapped instances (% of peak)
 --   gpc_clock_mhz_iso    DOUBLE   witness: GPC clock, isolated instances (MHz)
@@ -84,7 +92,8 @@
 --   dram_sat_pct         DOUBLE   witness: the device's DRAM saturation (_device_calibration, % of peak)
 --   dram_busy            DOUBLE   witness: DRAM rate during the overlapped instances / saturation
 --   memory_bound         BOOLEAN  witness: isolated DRAM rate >= memory_bound_frac of saturation (roofline SM model)
---   extra_bytes_frac     DOUBLE   witness: DRAM traffic beyond what victim and co-runners move alone (relative)
+--   extra_bytes_frac     DOUBLE   witness only (read by no model): DRAM traffic beyond what victim and co-runners
+--                                 move alone (relative)
 --   footprint            BOOLEAN  witness: a co-runner has a cache footprint
 --   clock_power          BOOLEAN  witness: the clock dropped while the device drew more power than in isolation
 --   occupancy_source     VARCHAR  where occupancy comes from: ncu or launch
@@ -96,37 +105,67 @@
 --   ncu_working_set_bytes DOUBLE  witness: DRAM bytes read + written alone under Nsight Compute (bytes)
 --   co_working_set_bytes DOUBLE   witness: profiled co-runners' working sets while overlapping (bytes)
 --   l2_bytes             BIGINT   witness: the device's L2 size (bytes)
---   cache_evidence       VARCHAR  cache evidence found: dram_bytes (extra traffic under overlap), ncu_working_set, NULL
+--   cache_evidence       VARCHAR  cache evidence found: ncu_working_set (profiles), footprint (co-runners' traffic), NULL
 WITH demand AS (
     SELECT k.*, p.* EXCLUDE (group_id), k.occupancy AS launch_occupancy, coalesce(n.ctas_per_sm, k.occupancy) AS occ,
            CASE WHEN n.ctas_per_sm IS NOT NULL THEN 'ncu' ELSE 'launch' END AS occupancy_source,
            coalesce(n.match, 'unmatched') AS ncu_match, n.ctas_per_sm AS ncu_ctas_per_sm, n.dram_pct AS ncu_dram_pct,
-           n.l2_hit_pct AS ncu_l2_hit_pct, n.working_set_bytes AS ncu_working_set_bytes, d.l2_bytes
+           n.l2_hit_pct AS ncu_l2_hit_pct, n.working_set_bytes AS ncu_working_set_bytes, d.l2_bytes,
+           c.sm_band, CASE WHEN k.activity = 'kernel' THEN c.dram_bw_band ELSE c.dram_bw_copy_band END AS dram_bw_band, c.cache_band, c.clock_band, c.link_band
     FROM kernel_signatures k
     LEFT JOIN _group_predictions p USING (group_id)
     LEFT JOIN _ncu_demand n ON k.activity = 'kernel' AND n.run_id = k.run_id AND n.device_id = k.device_id
          AND n.name = k.name AND n.grid = k.grid AND n.block = k.block
          AND n.dynamic_smem_bytes IS NOT DISTINCT FROM k.dynamic_smem_bytes
     LEFT JOIN devices d ON d.run_id = k.run_id AND d.device_id = k.device_id
-), combined AS (
-    SELECT *, slowdown AS s, overlap_fraction AS f,
-           significant_stat AND NOT conflated AS sig,
-           (1 + sm_pt) * (1 + dram_pt) * (1 + cache_pt) * (1 + clock_pt) * (1 + link_pt) - 1 AS p,
-           (1 + sm_lo) * (1 + dram_lo) * (1 + cache_lo) * (1 + clock_lo) * (1 + link_lo) - 1 AS p_lo,
-           (1 + sm_hi) * (1 + dram_hi) * (1 + cache_hi) * (1 + clock_hi) * (1 + link_hi) - 1 AS p_hi
+    CROSS JOIN _calibration c
+), present AS (
+    -- a factor is present (a cause) when it predicts a loss of at least PRACTICAL_FLOOR (1%); a higher clock that
+    -- helps is not a cause, but stays in the prediction. A band is the calibrated one, else the prediction's own size
+    SELECT *, slowdown AS s, overlap_fraction AS f, significant_stat AND NOT conflated AS sig,
+           coalesce(sm_pt >= 0.01, false) AS sm_on, coalesce(dram_pt >= 0.01, false) AS dram_on,
+           coalesce(cache_pt >= 0.01, false) AS cache_on, coalesce(clock_pt >= 0.01, false) AS clock_on,
+           coalesce(link_pt >= 0.01, false) AS link_on,
+           (1 + sm_pt) * (1 + clock_pt) * (1 + link_pt) AS base
     FROM demand
-), parts AS (
+), alternatives AS (
+    -- DRAM bandwidth and lost L2 reuse explain one busy DRAM two ways: each gives a total prediction and its band
     SELECT *,
+           base * (1 + dram_pt) - 1 AS total_dram, base * (1 + cache_pt) - 1 AS total_cache,
+           sqrt(CASE WHEN sm_on THEN coalesce(sm_band, sm_pt) ^ 2 ELSE 0 END
+                + coalesce(clock_band, abs(clock_pt), 0) ^ 2
+                + CASE WHEN link_on THEN coalesce(link_band, link_pt) ^ 2 ELSE 0 END) AS base_band
+    FROM present
+), chosen AS (
+    SELECT *,
+        -- the memory explanation: the only one present, or of two, the one nearer the observation in band units
+        CASE WHEN dram_on AND cache_on
+             THEN CASE WHEN abs(s - total_cache) / sqrt(base_band ^ 2 + coalesce(cache_band, cache_pt) ^ 2)
+                            < abs(s - total_dram) / sqrt(base_band ^ 2 + coalesce(dram_bw_band, dram_pt) ^ 2)
+                       THEN 'cache' ELSE 'dram_bw' END
+             WHEN cache_on THEN 'cache' WHEN dram_on THEN 'dram_bw' END AS memory
+    FROM alternatives
+), combined AS (
+    SELECT *,
+        CASE memory WHEN 'cache' THEN total_cache WHEN 'dram_bw' THEN total_dram ELSE base - 1 END AS p,
+        sqrt(base_band ^ 2 + CASE memory WHEN 'cache' THEN coalesce(cache_band, cache_pt) ^ 2
+                                         WHEN 'dram_bw' THEN coalesce(dram_bw_band, dram_pt) ^ 2 ELSE 0 END) AS band,
+        CASE memory WHEN 'dram_bw' THEN dram_pt ELSE 0 END AS dram_used,
+        CASE memory WHEN 'cache' THEN cache_pt ELSE 0 END AS cache_used,
+        sm_on::INT + clock_on::INT + link_on::INT + (memory IS NOT NULL)::INT AS n_present
+    FROM chosen
+), parts AS (
+    SELECT *, p - band AS p_lo, p + band AS p_hi,
         -- each factor's share of the prediction, in the prediction's own units (the parts add up to p)
         CASE WHEN abs(ln(1 + p)) > 1e-12 THEN p / ln(1 + p) END AS to_part,
         CASE WHEN s IS NULL OR p IS NULL THEN NULL
-             WHEN coalesce(slowdown_hi, s) >= p_lo AND coalesce(slowdown_lo, s) <= p_hi THEN 'agrees'
-             WHEN coalesce(slowdown_hi, s) < p_lo THEN 'over' ELSE 'under' END AS agreement
+             WHEN coalesce(slowdown_hi, s) >= p - band AND coalesce(slowdown_lo, s) <= p + band THEN 'agrees'
+             WHEN coalesce(slowdown_hi, s) < p - band THEN 'over' ELSE 'under' END AS agreement
     FROM combined
 ), attributed AS (
     SELECT *,
-        coalesce(to_part * ln(1 + sm_pt), 0) AS p_sm, coalesce(to_part * ln(1 + dram_pt), 0) AS p_dram,
-        coalesce(to_part * ln(1 + cache_pt), 0) AS p_cache, coalesce(to_part * ln(1 + clock_pt), 0) AS p_clock,
+        coalesce(to_part * ln(1 + sm_pt), 0) AS p_sm, coalesce(to_part * ln(1 + dram_used), 0) AS p_dram,
+        coalesce(to_part * ln(1 + cache_used), 0) AS p_cache, coalesce(to_part * ln(1 + clock_pt), 0) AS p_clock,
         coalesce(to_part * ln(1 + link_pt), 0) AS p_link
     FROM parts
 ), classed AS (
@@ -135,8 +174,25 @@ WITH demand AS (
         CASE WHEN p_sm >= greatest(p_dram, p_cache, p_clock, p_link) THEN 'sm'
              WHEN p_dram >= greatest(p_cache, p_clock, p_link) THEN 'dram_bw'
              WHEN p_cache >= greatest(p_clock, p_link) THEN 'cache'
-             WHEN p_clock >= p_link THEN 'clock' ELSE 'link' END AS top
+             WHEN p_clock >= p_link THEN 'clock' ELSE 'link' END AS top,
+        -- the one present factor, when only one is
+        CASE WHEN n_present = 1 THEN CASE WHEN sm_on THEN 'sm' WHEN clock_on THEN 'clock' WHEN link_on THEN 'link'
+                                          ELSE memory END END AS single
     FROM attributed
+), judged AS (
+    SELECT *,
+        CASE WHEN conflated THEN 'conflated'
+             WHEN n_overlapped = 0 OR t0_ns IS NULL THEN 'none'
+             WHEN NOT sig OR s <= 0 THEN 'none'
+             WHEN p IS NULL OR n_present = 0 THEN 'unexplained'
+             WHEN agreement = 'agrees' AND p > 0 AND p_max >= 0.5 * p THEN top
+             WHEN agreement = 'agrees' AND p > 0 THEN 'mixed'
+             -- a present cause that misses its band is still named, with its error (the reason)
+             WHEN single IS NOT NULL AND (p > 0 OR single = 'clock') THEN single
+             -- several present: the largest, when together they predict between half and twice the observation
+             WHEN p > 0 AND p >= 0.5 * s AND p <= 2 * s THEN top
+             ELSE 'unexplained' END AS class_
+    FROM classed
 )
 SELECT run_id, device_id, nvtx, group_id, activity, kind, name, short_name, grid, block, dynamic_smem_bytes, bytes,
        mode, split, n, n_overlapped, n_isolated, t0_ns, t0_lo_ns, t0_hi_ns, t0_spread, t1_ns, t1_lo_ns, t1_hi_ns,
@@ -148,13 +204,7 @@ SELECT run_id, device_id, nvtx, group_id, activity, kind, name, short_name, grid
        CASE WHEN s IS NOT NULL THEN s - coalesce(p, 0) END AS residual,
        sm_lo, sm_hi, dram_lo AS dram_bw_lo, dram_hi AS dram_bw_hi, cache_lo, cache_hi, clock_lo, clock_hi, link_lo,
        link_hi,
-       CASE WHEN conflated THEN 'conflated'
-            WHEN n_overlapped = 0 OR t0_ns IS NULL THEN 'none'
-            WHEN NOT sig OR s <= 0 THEN 'none'
-            WHEN p IS NULL THEN 'unexplained'
-            WHEN agreement = 'agrees' AND p > 0 AND p_max >= 0.5 * p THEN top
-            WHEN agreement = 'agrees' AND p > 0 THEN 'mixed'
-            ELSE 'unexplained' END AS class,
+       class_ AS class,
        CASE WHEN conflated THEN note
             WHEN n_overlapped = 0 THEN 'never overlapped'
             WHEN t0_ns IS NULL THEN coalesce(note, 'no baseline to compare with (give --baseline or --ncu)')
@@ -162,10 +212,14 @@ SELECT run_id, device_id, nvtx, group_id, activity, kind, name, short_name, grid
             WHEN NOT sig THEN 'the slowdown interval includes 0 or stays under 1%'
             WHEN s <= 0 THEN 'faster when overlapped'
             WHEN p IS NULL THEN 'no model could be applied'
-            WHEN agreement = 'agrees' AND p > 0 THEN NULL
-            ELSE printf('the models predict %+.1f%% [%+.1f%%, %+.1f%%] but %+.1f%% [%+.1f%%, %+.1f%%] was observed%s',
-                        100 * p, 100 * p_lo, 100 * p_hi, 100 * s, 100 * coalesce(slowdown_lo, s),
-                        100 * coalesce(slowdown_hi, s),
+            WHEN n_present = 0 THEN 'no factor is present: no SMs taken, DRAM not contended, clock and links unchanged'
+                 || CASE WHEN dram_pct_ovl IS NULL AND ncu_dram_pct IS NULL
+                         THEN ' (no GPU metrics: only the SM model could be applied)' ELSE '' END
+            WHEN agreement = 'agrees' AND p > 0 AND class_ <> 'unexplained' THEN NULL
+            ELSE printf('%s%+.1f%% ± %.1f was predicted but %+.1f%% [%+.1f%%, %+.1f%%] was observed: %s by %.0f points%s',
+                        CASE WHEN class_ <> 'unexplained' THEN class_ || ' is present, ' ELSE '' END,
+                        100 * p, 100 * band, 100 * s, 100 * coalesce(slowdown_lo, s), 100 * coalesce(slowdown_hi, s),
+                        CASE WHEN p > s THEN 'over-predicted' ELSE 'under-predicted' END, 100 * abs(s - p),
                         CASE WHEN dram_pct_ovl IS NULL AND ncu_dram_pct IS NULL
                              THEN ' (no GPU metrics: only the SM model could be applied)'
                              WHEN dram_pct_ovl IS NULL THEN ' (no GPU metrics: only the SM model and Nsight Compute '
@@ -174,8 +228,9 @@ SELECT run_id, device_id, nvtx, group_id, activity, kind, name, short_name, grid
                              THEN printf(' (device DRAM at %.0f%% of saturation during the overlap)', 100 * dram_busy)
                              ELSE '' END)
        END AS reason,
+       band AS predicted_band, memory AS memory_explanation,
        dram_pct_iso, dram_pct_ovl, gpc_clock_mhz_iso, gpc_clock_mhz_ovl, sm_active_pct_iso, sm_active_pct_ovl,
        nvlink_pct_ovl, pcie_pct_ovl, co_dram_pct, dram_sat_pct, dram_busy, memory_bound, extra_bytes_frac, footprint,
        clock_power, occupancy_source, launch_occupancy, ncu_match, ncu_ctas_per_sm, ncu_dram_pct, ncu_l2_hit_pct,
        ncu_working_set_bytes, co_working_set_bytes, l2_bytes, cache_evidence
-FROM classed
+FROM judged

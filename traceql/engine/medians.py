@@ -28,7 +28,7 @@ BATCH_ROWS = 1 << 20  # rows per Arrow batch read from DuckDB
 # the columns of _group_predictions and how each is taken from _prediction_inputs' (its SQL says the same)
 ANY_OF = ("memory_bound", "footprint", "clock_power")  # bool_or
 FIRST = ("dram_sat_pct",)  # any_value: the same on every instance of a group
-EVIDENCE = ("dram_bytes", "ncu_working_set")  # cache_evidence: the first that some instance has
+EVIDENCE = ("ncu_working_set", "footprint")  # cache_evidence: the first that some instance has
 
 
 def group_predictions(con: duckdb.DuckDBPyConnection) -> None:
