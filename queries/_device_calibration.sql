@@ -1,6 +1,7 @@
 -- _device_calibration: per device, the limits the trace itself shows. DRAM saturation is the highest sustained
--- rate seen: the largest median DRAM rate over the instances of a baseline pool (isolated or overlapped) that
--- each span 5 or more metric samples, never below _thresholds.dram_sat_floor_pct. The DRAM rate per SM is the
+-- rate seen: the largest median DRAM rate over the isolated instances of a baseline pool that each span 5 or more
+-- metric samples, never below _thresholds.dram_sat_floor_pct (overlapped instances are left out: the prediction they
+-- feed must not depend on the windows of the durations it predicts). The DRAM rate per SM is the
 -- largest median of isolated instances divided by the SMs the signature's CTAs occupy: what one SM can pull, for
 -- the roofline of bandwidth-bound kernels.
 -- columns:
@@ -14,7 +15,7 @@ WITH grouped AS (
     SELECT i.run_id, i.device_id, b.pool_id, i.overlap_ns = 0 AS alone, median(i.dram_pct) AS dram_pct,
            any_value(least(coalesce(i.sm_count, i.ctas), i.ctas)) AS sms_used, any_value(i.activity) AS activity
     FROM instance_facts i JOIN _instance_baselines b USING (run_id, activity_id)
-    WHERE i.samples >= 5 AND i.dram_pct IS NOT NULL
+    WHERE i.samples >= 5 AND i.dram_pct IS NOT NULL AND i.overlap_ns = 0
     GROUP BY ALL
 ), per_device AS (
     SELECT run_id, device_id, max(dram_pct) AS dram_high_pct,
