@@ -13,11 +13,11 @@
 --   link_band          DOUBLE   link model's error band
 --   cache_in_overlap   DOUBLE   lost L2 reuse: slowdown while overlapped, when no profile gives the victim's hit rate
 --   calibration_rows   INTEGER  known-cause rows the constants come from
-SELECT 0.173726::DOUBLE AS sm_band,
-       0.136537::DOUBLE AS dram_bw_band,
-       1.266921::DOUBLE AS dram_bw_copy_band,
-       0.40986::DOUBLE AS cache_band,
+SELECT 0.1739::DOUBLE AS sm_band,
+       0.128804::DOUBLE AS dram_bw_band,
+       1.266081::DOUBLE AS dram_bw_copy_band,
+       0.409853::DOUBLE AS cache_band,
        NULL::DOUBLE AS clock_band,
        NULL::DOUBLE AS link_band,
-       2.212769::DOUBLE AS cache_in_overlap,
+       2.212762::DOUBLE AS cache_in_overlap,
        24::INTEGER AS calibration_rows
