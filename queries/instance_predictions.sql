@@ -97,15 +97,16 @@ WITH inst AS (
         CASE WHEN dram_busy AND r_v > 0 AND r_c IS NOT NULL AND r_v + r_c > sat
              THEN r_v / least(r_v, greatest(sat / 2, sat - r_c)) - 1 ELSE 0 END AS x_dram,
         -- a copy engine streams: it has no reuse in L2 to lose
-        CASE WHEN activity <> 'kernel' OR NOT (footprint AND dram_busy AND r_v > 0) THEN 0
+        CASE WHEN activity <> 'kernel' OR NOT coalesce(footprint AND r_v > 0, false) THEN 0
              -- profiled: fits in L2 alone, not beside the co-runners: every hit becomes a miss, at its DRAM share
              WHEN l2_hit_pct IS NOT NULL AND working_set_bytes <= l2_bytes
                   AND working_set_bytes + co_working_set_bytes > l2_bytes
              THEN (1 / (1 - least(l2_hit_pct, 99) / 100)) * r_v / least(r_v, greatest(sat / 2, sat - coalesce(r_c, 0)))
                   - 1
              WHEN l2_hit_pct IS NOT NULL AND co_working_set_bytes IS NOT NULL THEN 0
-             ELSE cache_in_overlap END AS x_cache,
-        CASE WHEN activity_class <> 'compute' OR NOT (clock > 0 AND clock_iso > 0) THEN 0
+             -- no profile: only a measured busy DRAM (never the demand alone) opens the calibrated loss
+             WHEN coalesce(c_dram >= dram_busy_frac * sat, false) THEN cache_in_overlap ELSE 0 END AS x_cache,
+        CASE WHEN activity_class <> 'compute' OR NOT coalesce(clock > 0 AND clock_iso > 0, false) THEN 0
              ELSE (clock_iso / clock - 1) * (1 - least(1, coalesce(r_v, 0) / sat)) END AS x_clock,
         CASE WHEN activity_class = 'comm' AND f > 0 THEN 0.5 * comm_fraction / f ELSE 0 END AS x_link
     FROM shaped

@@ -214,7 +214,9 @@ SELECT run_id, device_id, nvtx, group_id, activity, kind, name, short_name, grid
             WHEN p IS NULL THEN 'no model could be applied'
             WHEN n_present = 0 THEN 'no factor is present: no SMs taken, DRAM not contended, clock and links unchanged'
                  || CASE WHEN dram_pct_ovl IS NULL AND ncu_dram_pct IS NULL
-                         THEN ' (no GPU metrics: only the SM model could be applied)' ELSE '' END
+                         THEN ' (no GPU metrics: only the SM model could be applied)'
+                         WHEN dram_pct_ovl IS NULL THEN ' (no GPU metrics: only the SM model and Nsight Compute '
+                                                        || 'demand could be applied)' ELSE '' END
             WHEN agreement = 'agrees' AND p > 0 AND class_ <> 'unexplained' THEN NULL
             ELSE printf('%s%+.1f%% ± %.1f was predicted but %+.1f%% [%+.1f%%, %+.1f%%] was observed: %s by %.0f points%s',
                         CASE WHEN class_ <> 'unexplained' THEN class_ || ' is present, ' ELSE '' END,

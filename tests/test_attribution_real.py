@@ -1,4 +1,4 @@
-"""`traceql attribute` on real H200 traces whose causes are known by construction (DESIGN.md, Validation).
+"""`traceql attribute` on real H200 traces whose causes are known by construction (tests/data/known_cause.md).
 
 contention_parquetdir: a bf16 8192^3 GEMM alone and beside a spin kernel holding 16/33/66 SMs, beside copy-engine
 copies on the device (copy_d2d) and to the peer GPU (copy_peer); a bandwidth-bound add beside the same; two
@@ -53,7 +53,7 @@ def test_gemm_beside_spin_is_sm_growing_with_n(contention):
         assert r["corunner_kind"] == "compute"
         assert r["corunner_sms"] == pytest.approx(n, abs=1)  # the spin kernel's SMs, one CTA on each
         assert r["t0_ns"] == pytest.approx(1.39e6, rel=0.03)  # from the gemm_alone instances
-    # measured on this trace: +23%, +37%, +97% (DESIGN.md, 1.41 ms alone: 1.91 / 2.05 / 2.69 ms on another run)
+    # measured on this trace: +23%, +37%, +97% (1.41 ms alone: 1.91 / 2.05 / 2.69 ms on another run)
     lo_hi = {16: (0.12, 0.35), 33: (0.25, 0.50), 66: (0.75, 1.20)}
     for n, (lo, hi) in lo_hi.items():
         assert lo < by_n[n]["slowdown"] < hi, (n, by_n[n]["slowdown"])
@@ -82,6 +82,8 @@ def test_add_beside_peer_copy_is_dram_bandwidth(contention):
     assert r["dram_pct_iso"] > 80  # the add alone is bandwidth-bound
 
 
+@pytest.mark.xfail(strict=True, reason="v3 opens the cache model only with DRAM busy (>= dram_busy_frac of saturation); "
+                   "here DRAM stays under it, and v2's witness (extra bytes) was computed from the observed duration")
 def test_half_streams_over_l2_working_sets_are_cache(contention):
     [r] = [v for v in _victims(contention, "half_half", HALF) if v["labels"]["ws"] == "l2"]
     assert r["class"] == "cache" and r["significant"]

@@ -24,7 +24,7 @@ KEY = ("run_id", "workload", "op", "dtype", "bytes", "max_ctas", "config")
 DIMENSIONS = ("workload", "op", "dtype", "bytes", "max_ctas")  # headline groups, besides all configurations
 QUANTITIES = ("wall_ns", "compute_ns", "comm_ns", "hidden_comm_ns", "compute_ovl_ns")
 N_BOOT = 2000
-IN_OVERLAP_MIN_F = 0.2  # DESIGN.md (Metrics): below it the covered part is too small to divide by
+IN_OVERLAP_MIN_F = 0.2  # docs/attribution.md (in-overlap slowdown): below it the covered part is too small to divide by
 
 
 @dataclass(frozen=True)
@@ -154,7 +154,7 @@ def config_figures(modes: dict[str, dict], power: dict[str, dict] | None = None)
         "compute_covered": combine(lambda c, t: c / t, q("overlapped", "compute_ovl_ns"),
                                    q("overlapped", "compute_ns")),
     }
-    # DESIGN.md's in-overlap slowdown: the slowdown of the covered part alone, sigma = 1/rho - 1 with
+    # the in-overlap slowdown of docs/attribution.md: the slowdown of the covered part alone, sigma = 1/rho - 1 with
     # rho = (1/(1+s) - (1-f))/f, where f is the share of compute time communication covered (defined for f >= 0.2)
     covered = figs["compute_covered"]
     figs["in_overlap_slowdown"] = (combine(lambda s, f: 1 / ((1 / (1 + s) - (1 - f)) / f) - 1,
