@@ -82,7 +82,8 @@ def test_add_beside_peer_copy_is_dram_bandwidth(contention):
     assert r["dram_pct_iso"] > 80  # the add alone is bandwidth-bound
 
 
-@pytest.mark.xfail(strict=True, reason="v3 opens the cache model only with DRAM busy (>= dram_busy_frac of saturation); "
+@pytest.mark.xfail(strict=True, reason="v3 opens the cache model only with DRAM busy (>= dram_busy_frac of "
+                   "saturation); "
                    "here DRAM stays under it, and v2's witness (extra bytes) was computed from the observed duration")
 def test_half_streams_over_l2_working_sets_are_cache(contention):
     [r] = [v for v in _victims(contention, "half_half", HALF) if v["labels"]["ws"] == "l2"]

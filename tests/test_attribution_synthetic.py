@@ -6,7 +6,6 @@ Every store here has a device with S = 100 SMs unless a test says otherwise; tim
 from __future__ import annotations
 
 import json
-import math
 import re
 from pathlib import Path
 
@@ -293,6 +292,23 @@ def test_sm_model_by_grid_size(grid_rows, ctas, x):
         assert a["reason"].startswith("no factor is present")
 
 
+def test_sm_model_partial_overlap(tmp_path):
+    """The SM model's x holds only while overlapped: gemm_A's grid (x = 1600/1280 - 1 = 0.25) overlapped for
+    f = 0.4 of its 1100 ns (a 20-CTA comm kernel from 10660 to 11200) is slowed by f·x/(1 + x - f·x) in all."""
+    kernels = _isolated("gemm_A", (0, 2000, 4000), 1000, ctas=8000)
+    kernels += [dict(name="gemm_A", ctas=8000, start_ns=10_000, end_ns=11_100),
+                dict(kind="comm", ctas=20, start_ns=10_660, end_ns=11_200)]
+    a = _by_name(_attr(tmp_path, kernels=kernels))["gemm_A"]
+    assert a["overlap_fraction"] == approx(0.4) and a["corunner_sms"] == approx(20)
+    point = 0.4 * 0.25 / (1 + 0.25 - 0.4 * 0.25)  # 0.1/1.15 = 0.0870
+    assert point == approx(_whole(0.4, 0.25))
+    assert a["explained"]["sm"] == approx(point) and a["predicted"] == approx(point)
+    assert a["explained_interval"]["sm"] == [approx(point - SM_BAND), approx(point + SM_BAND)]
+    # observed 1100/1000 - 1 = 0.1 [0.1, 0.1], within 0.0870 -/+ 0.1739
+    assert a["slowdown"] == approx(0.1) and a["residual"] == approx(0.1 - point)
+    assert a["agreement"] == "agrees" and a["class"] == "sm" and a["reason"] is None
+
+
 def test_corunners_holding_every_sm(tmp_path):
     """Co-runners on every SM (F = 0 < 1): the victim's CTAs run beside theirs and get an equal share of the issue
     slots, x = 1 while overlapped."""
@@ -306,17 +322,6 @@ def test_corunners_holding_every_sm(tmp_path):
     # the one present factor: named even where the observation (0.3) lies outside its band
     assert a["class"] == "sm"
 
-
-@pytest.mark.xfail(strict=True, reason="docs/attribution.md (SM, Limits): the co-resident SM model has no calibration "
-                   "case, so its band is its own size; queries/instance_predictions.sql applies sm_band to it")
-def test_corunners_holding_every_sm_band_is_its_own_size(tmp_path):
-    """docs/attribution.md, Limits: "The link and co-resident SM models have no calibration case. Their bands are
-    their own size": point 1.0, interval [0, 2], and 0.3 agrees with it."""
-    kernels = _isolated("victim", (0, 2000), 1000, ctas=100, **ONE_PER_SM)
-    k, c = _beside_comm("victim", 10_000, 1300, comm_ctas=100, ctas=100, **ONE_PER_SM)
-    a = _by_name(_attr(tmp_path, kernels=kernels + k + c))["victim"]
-    assert a["explained_interval"]["sm"] == [approx(0.0), approx(2.0)]
-    assert a["predicted_band"] == approx(1.0) and a["agreement"] == "agrees" and a["reason"] is None
 
 
 def test_comm_sm_share_caps_at_sm_count_at_each_instant(tmp_path):

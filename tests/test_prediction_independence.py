@@ -17,7 +17,6 @@ import pyarrow.parquet as pq
 import pytest
 from synthetic import make_store, samples
 
-from traceql import store
 from traceql.attribute import attribute
 
 PREDICTIONS = ("sm_lo", "sm_hi", "dram_bw_lo", "dram_bw_hi", "cache_lo", "cache_hi", "clock_lo", "clock_hi",
@@ -112,7 +111,8 @@ def _shortened_copy(src: Path, dst: Path, factor: float) -> int:
 
 @pytest.mark.parametrize("factor", [0.8, 0.6])
 def test_real_predictions_ignore_the_overlapped_durations(known_cause_run, tmp_path, factor):
-    """The known-cause trace with its covered victims shortened by 20% or 40% (lengthened, a victim would run into the next launch on its stream)."""
+    """The known-cause trace with its covered victims shortened by 20% or 40% (lengthened, a victim would run into
+    the next launch on its stream)."""
     before = _rows(attribute(known_cause_run, group_by_nvtx="case:*"))
     copy = tmp_path / "shortened"
     assert _shortened_copy(Path(known_cause_run), copy, factor) > 50

@@ -32,9 +32,10 @@ def test_validation_doc_is_what_the_code_gives(tmp_path):
 
     doc = (ROOT / "docs/validation.md").read_text()
     for name, traces in validate.sets().items():
-        rows = validate.known_cause_rows(
-            lambda path, **kw: attribute(path, workdir=tmp_path / f"{name}{len(list(tmp_path.iterdir()))}", **kw),
-            traces)
+        def attr(path, name=name, **kw):
+            return attribute(path, workdir=tmp_path / f"{name}{len(list(tmp_path.iterdir()))}", **kw)
+
+        rows = validate.known_cause_rows(attr, traces)
         assert validate.summary(f"{name.capitalize()} set", rows) in doc, name
 
 

@@ -136,7 +136,8 @@ KERNEL_COLUMNS = """run_id, device_id, nvtx, group_id, activity, kind, name, sho
     overlap_fraction, comm_fraction, sm_share, comm_sm_share, corunner_kind, corunner_sms, occupancy,
     sm_predicted, predicted, predicted_lo, predicted_hi, agreement, sm, sm_lo, sm_hi, dram_bw, dram_bw_lo,
     dram_bw_hi, cache, cache_lo, cache_hi, clock, clock_lo, clock_hi, link, link_lo, link_hi, residual, class,
-    reason, predicted_band, memory_explanation, dram_pct_iso, dram_pct_ovl, gpc_clock_mhz_iso, gpc_clock_mhz_ovl, sm_active_pct_iso,
+    reason, predicted_band, memory_explanation,
+    dram_pct_iso, dram_pct_ovl, gpc_clock_mhz_iso, gpc_clock_mhz_ovl, sm_active_pct_iso,
     sm_active_pct_ovl, nvlink_pct_ovl, pcie_pct_ovl, co_dram_pct, dram_sat_pct, dram_busy, memory_bound,
     extra_bytes_frac, footprint, clock_power, occupancy_source, launch_occupancy, ncu_match, ncu_ctas_per_sm,
     ncu_dram_pct, ncu_l2_hit_pct, ncu_working_set_bytes, co_working_set_bytes, l2_bytes, cache_evidence"""
