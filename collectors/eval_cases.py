@@ -50,6 +50,8 @@ import math
 import os
 import sys
 
+from cuda_bench import CudaBench
+
 try:  # the Triton victim; absent on CPU-only machines, where this file is only compiled
     import triton
     import triton.language as tl
@@ -198,22 +200,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-class Eval:
+class Eval(CudaBench):
     def __init__(self, args: argparse.Namespace):
-        import cupy as cp
-        import numpy as np
-        import torch
-
-        self.torch, self.cp, self.np, self.args = torch, cp, np, args
-        torch.cuda.set_device(0)
-        props = torch.cuda.get_device_properties(0)
-        rt = cp.cuda.runtime.getDeviceProperties(0)
-        self.gpu_name = props.name
-        self.sms = S = props.multi_processor_count
-        self.l2_bytes = int(getattr(props, "L2_cache_size", 0) or rt.get("l2CacheSize", 0))
-        self.smem_sm = smem_sm = int(rt.get("sharedMemPerMultiprocessor", 0) or props.shared_memory_per_multiprocessor)
-        optin = int(rt.get("sharedMemPerBlockOptin", 0) or props.shared_memory_per_block_optin)
-        self.reserved = reserved = int(rt.get("reservedSharedMemPerBlock", 1024))
+        super().__init__()
+        torch, cp, self.args = self.torch, self.cp, args
+        S, smem_sm, optin, reserved = self.sms, self.smem_sm, self.smem_optin, self.smem_reserved
         # hold_spin, stream_copy, 1-CTA row-sums: more than half the SM's shared memory (one CTA per SM), and less
         # than 32 KiB left beside it, so no Triton (96 KiB) or flash-attention (>= 64 KiB) CTA fits there.
         self.hold_smem = min(optin, (smem_sm - 32 * KiB) // KiB * KiB)
@@ -235,7 +226,6 @@ class Eval:
             k.max_dynamic_shared_size_bytes = self.hold_smem
         self.sink = cp.zeros(1024, dtype=cp.int32)
         self.sums = cp.zeros(64, dtype=cp.float32)
-        self._cp_streams: dict[int, object] = {}
 
         self.victim_stream = torch.cuda.Stream()
         self.corunner_stream = torch.cuda.Stream()
@@ -275,17 +265,6 @@ class Eval:
         torch.cuda.synchronize()
 
     # kernels ---------------------------------------------------------------
-    def _cp_stream(self):
-        """CuPy's view of the current PyTorch stream (made once per stream)."""
-        import warnings
-
-        ptr = self.torch.cuda.current_stream().cuda_stream
-        if ptr not in self._cp_streams:
-            with warnings.catch_warnings():  # ExternalStream is deprecated in CuPy 14 but still the portable way
-                warnings.simplefilter("ignore", DeprecationWarning)
-                self._cp_streams[ptr] = self.cp.cuda.ExternalStream(ptr)
-        return self._cp_streams[ptr]
-
     def hold(self, ctas: int, duration_ns: float):
         self.k_hold((ctas,), (512,), (self.np.uint64(int(duration_ns)), self.sink),
                     shared_mem=self.hold_smem, stream=self._cp_stream())
@@ -344,18 +323,6 @@ class Eval:
         self.graph.replay()
 
     # timing ----------------------------------------------------------------
-    def _event(self):
-        return self.torch.cuda.Event(enable_timing=True)
-
-    def timed(self, fn, reps: int, stream) -> tuple[object, object]:
-        start, end = self._event(), self._event()
-        with self.torch.cuda.stream(stream):
-            start.record()
-            for _ in range(reps):
-                fn()
-            end.record()
-        return start, end
-
     def once_ms(self, fn, stream=None) -> float:
         """One launch of ``fn`` alone (outside any case), in ms."""
         self.torch.cuda.synchronize()

@@ -50,6 +50,8 @@ import math
 import os
 import sys
 
+from cuda_bench import CudaBench
+
 SRC = r"""
 extern "C" __global__ void __launch_bounds__(1024, 1)
 busy_wait(unsigned long long duration_ns, int *sink) {
@@ -125,22 +127,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-class Bench:
+class Bench(CudaBench):
     def __init__(self, args: argparse.Namespace):
-        import cupy as cp
-        import numpy as np
-        import torch
-
-        self.torch, self.cp, self.np, self.args = torch, cp, np, args
-        torch.cuda.set_device(0)
-        props = torch.cuda.get_device_properties(0)
-        rt = cp.cuda.runtime.getDeviceProperties(0)
-        self.gpu_name = props.name
-        self.sms = S = props.multi_processor_count
-        self.l2_bytes = int(getattr(props, "L2_cache_size", 0) or rt.get("l2CacheSize", 0))
-        smem_sm = int(rt.get("sharedMemPerMultiprocessor", 0) or props.shared_memory_per_multiprocessor)
-        optin = int(rt.get("sharedMemPerBlockOptin", 0) or props.shared_memory_per_block_optin)
-        reserved = int(rt.get("reservedSharedMemPerBlock", 1024))
+        super().__init__()
+        torch, cp, self.args = self.torch, self.cp, args
+        S, smem_sm, optin, reserved = self.sms, self.smem_sm, self.smem_optin, self.smem_reserved
         kib = 1024
         # busy_wait / sweeps: > half the SM's shared memory, so one CTA per SM, and little left beside it.
         self.hold_smem = min(optin, int(smem_sm * 0.7) // kib * kib)
@@ -159,7 +150,6 @@ class Bench:
             k.max_dynamic_shared_size_bytes = self.hold_smem
         self.k_triad.max_dynamic_shared_size_bytes = self.triad_smem
         self.sink = cp.zeros(1024, dtype=cp.int32)
-        self._cp_streams: dict[int, object] = {}
 
         self.victim_stream = torch.cuda.Stream()
         self.corunner_stream = torch.cuda.Stream()
@@ -198,17 +188,6 @@ class Bench:
         torch.cuda.synchronize()
 
     # kernels ---------------------------------------------------------------
-    def _cp_stream(self):
-        """CuPy's view of the current PyTorch stream (made once per stream)."""
-        import warnings
-
-        ptr = self.torch.cuda.current_stream().cuda_stream
-        if ptr not in self._cp_streams:
-            with warnings.catch_warnings():  # ExternalStream is deprecated in CuPy 14 but still the portable way
-                warnings.simplefilter("ignore", DeprecationWarning)
-                self._cp_streams[ptr] = self.cp.cuda.ExternalStream(ptr)
-        return self._cp_streams[ptr]
-
     def gemm(self):
         self.torch.matmul(self.a, self.b, out=self.c)
 
@@ -235,20 +214,6 @@ class Bench:
 
     def copy(self):
         self.copy_dst.copy_(self.copy_src, non_blocking=True)
-
-    # timing ----------------------------------------------------------------
-    def _event(self):
-        return self.torch.cuda.Event(enable_timing=True)
-
-    def timed(self, fn, reps: int, stream) -> tuple[object, object]:
-        """Launch ``fn`` ``reps`` times on ``stream`` between two timing events; returns the events."""
-        start, end = self._event(), self._event()
-        with self.torch.cuda.stream(stream):
-            start.record()
-            for _ in range(reps):
-                fn()
-            end.record()
-        return start, end
 
     def case(self, victim: str, corunner: str, fn, co, cover: float, reps: int, **labels) -> tuple[float, float]:
         """Victim alone, then beside the co-runner, each in a labelled NVTX range.
