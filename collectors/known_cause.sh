@@ -22,38 +22,11 @@ gpu="${gpu:-gpu}"
   timeout 150 nsys export -t sqlite --force-overwrite=true -o "$W/known_cause.sqlite" "$W/known_cause.nsys-rep"
   ls -la "$W"
   echo "### summary"
+  python3 "$C/case_summary.py" "$W/known_cause.sqlite"
   python3 - "$W/known_cause.sqlite" <<'EOF'
 import sqlite3, sys
 con = sqlite3.connect(f"file:{sys.argv[1]}?mode=ro", uri=True)
 q = lambda sql: con.execute(sql).fetchall()
-tables = {r[0] for r in q("SELECT name FROM sqlite_master WHERE type='table'")}
-for t in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "NVTX_EVENTS", "GPU_METRICS",
-          "CUPTI_ACTIVITY_KIND_RUNTIME", "TARGET_INFO_GPU_METRICS"):
-    print(f"{t}: {q(f'SELECT count(*) FROM {t}')[0][0] if t in tables else 'MISSING'}")
-if "GPU_METRICS" in tables:
-    n, t0, t1 = q("SELECT count(DISTINCT timestamp), min(timestamp), max(timestamp) FROM GPU_METRICS")[0]
-    print(f"metric samples: {n} over {(t1 - t0) / 1e9:.3f} s; metrics: {q('SELECT count(DISTINCT metricId) FROM GPU_METRICS')[0][0]}")
-t0, t1 = q("SELECT min(start), max(end) FROM CUPTI_ACTIVITY_KIND_KERNEL")[0]
-print(f"kernels span {(t1 - t0) / 1e9:.3f} s")
-print("distinct kernels (name, grid, block, dyn smem, count, mean us):")
-for r in q("""SELECT s.value, k.gridX, k.gridY, k.gridZ, k.blockX, k.dynamicSharedMemory, count(*), avg(k.end - k.start) / 1e3
-              FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON s.id = k.shortName GROUP BY 1, 2, 3, 4, 5, 6 ORDER BY 7 DESC"""):
-    print("   ", r[0][:90], f"grid=({r[1]},{r[2]},{r[3]}) block={r[4]} smem={r[5]} n={r[6]} mean={r[7]:.1f}us")
-print("per case range (activity launched inside it: name, count, mean us):")
-rows = q("""
-WITH r AS (SELECT n.rowid AS rid, n.start, n.end, n.globalTid, coalesce(n.text, s.value) AS text
-           FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId WHERE coalesce(n.text, s.value) LIKE 'case:%'),
-a AS (SELECT k.correlationId, s.value AS name, k.end - k.start AS dur FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON s.id = k.shortName
-      UNION ALL SELECT correlationId, 'memcpy(' || bytes || ' B)', end - start FROM CUPTI_ACTIVITY_KIND_MEMCPY)
-SELECT r.rid, r.text, a.name, count(*), avg(a.dur) / 1e3
-FROM r JOIN CUPTI_ACTIVITY_KIND_RUNTIME rt ON rt.globalTid = r.globalTid AND rt.start BETWEEN r.start AND r.end
-JOIN a ON a.correlationId = rt.correlationId GROUP BY 1, 2, 3 ORDER BY 1, 4 DESC""")
-last = None
-for rid, text, name, n, mean in rows:
-    if rid != last:
-        print("  ", text)
-        last = rid
-    print(f"       {name[:70]:<70} n={n:<4} mean={mean:.1f}us")
 print("mixed-K signatures (name, grid, block) inside gemm_mixed_k ranges:")
 for r in q("""
 WITH r AS (SELECT n.start, n.end, n.globalTid FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId
