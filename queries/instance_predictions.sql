@@ -60,7 +60,6 @@
 --   cache_evidence      VARCHAR  ncu_working_set (profiles), footprint (co-runners with DRAM traffic), or NULL
 WITH inst AS (
     SELECT i.run_id, i.device_id, i.activity_id, b.group_id, i.activity, i.activity_class, i.dur_ns, b.t0_ns,
-           i.samples,
            i.overlap_fraction AS f, i.comm_fraction, i.ctas, i.sm_count AS s_count,
            coalesce(n.ctas_per_sm, i.launch_occupancy) AS occ,
            least(coalesce(i.corunner_sms, 0), i.sm_count) AS held,
@@ -70,7 +69,8 @@ WITH inst AS (
            -- the victim's own alone rate is evidently achievable (Nsight Compute's scale may differ a little)
            greatest(c.dram_sat_pct, coalesce(p.dram_pct_iso, n.dram_pct, 0)) AS sat, c.dram_per_sm_pct AS per_sm,
            t.memory_bound_frac, t.dram_busy_frac, t.footprint_min_pct,
-           k.sm_band, CASE WHEN i.activity = 'kernel' THEN k.dram_bw_band ELSE k.dram_bw_copy_band END AS dram_bw_band, k.cache_band, k.clock_band, k.link_band, k.cache_in_overlap
+           k.sm_band, CASE WHEN i.activity = 'kernel' THEN k.dram_bw_band ELSE k.dram_bw_copy_band END AS dram_bw_band,
+           k.cache_band, k.clock_band, k.link_band, k.cache_in_overlap
     FROM instance_facts i JOIN _instance_baselines b USING (run_id, activity_id)
     -- the medians over the isolated instances of its pool (traceql.baselines)
     LEFT JOIN _signature_stats p ON p.group_id = b.group_id
@@ -84,8 +84,10 @@ WITH inst AS (
            s_count - held AS free,
            coalesce(r_v >= memory_bound_frac * sat, false) AS memory_bound,
            coalesce(r_c >= footprint_min_pct, false) OR coalesce(co_working_set_bytes > 0, false) AS footprint,
-           -- the witness: DRAM busy during the instance (without GPU metrics, the demand alone decides)
-           coalesce(c_dram >= dram_busy_frac * sat, true) AS dram_busy
+           -- the witness: DRAM measured busy during the instance (NULL without GPU metrics)
+           c_dram >= dram_busy_frac * sat AS measured_busy,
+           -- the victim's DRAM share, max-min fair against the co-runners' demand
+           least(r_v, greatest(sat / 2, sat - coalesce(r_c, 0))) AS dram_kept
     FROM inst
 ), in_overlap AS (
     -- each factor's slowdown while overlapped (x), from demand and the device alone
@@ -94,18 +96,18 @@ WITH inst AS (
              WHEN free < 1 THEN 1
              WHEN memory_bound THEN greatest(0, r_v / least(sat, per_sm * free) - 1)
              ELSE least(ctas, occ * s_count) / (occ * free) - 1 END AS x_sm,
-        CASE WHEN dram_busy AND r_v > 0 AND r_c IS NOT NULL AND r_v + r_c > sat
-             THEN r_v / least(r_v, greatest(sat / 2, sat - r_c)) - 1 ELSE 0 END AS x_dram,
+        -- without GPU metrics, the demand alone decides
+        CASE WHEN coalesce(measured_busy, true) AND r_v > 0 AND r_c IS NOT NULL AND r_v + r_c > sat
+             THEN r_v / dram_kept - 1 ELSE 0 END AS x_dram,
         -- a copy engine streams: it has no reuse in L2 to lose
         CASE WHEN activity <> 'kernel' OR NOT coalesce(footprint AND r_v > 0, false) THEN 0
              -- profiled: fits in L2 alone, not beside the co-runners: every hit becomes a miss, at its DRAM share
              WHEN l2_hit_pct IS NOT NULL AND working_set_bytes <= l2_bytes
                   AND working_set_bytes + co_working_set_bytes > l2_bytes
-             THEN (1 / (1 - least(l2_hit_pct, 99) / 100)) * r_v / least(r_v, greatest(sat / 2, sat - coalesce(r_c, 0)))
-                  - 1
+             THEN (1 / (1 - least(l2_hit_pct, 99) / 100)) * r_v / dram_kept - 1
              WHEN l2_hit_pct IS NOT NULL AND co_working_set_bytes IS NOT NULL THEN 0
              -- no profile: only a measured busy DRAM (never the demand alone) opens the calibrated loss
-             WHEN coalesce(c_dram >= dram_busy_frac * sat, false) THEN cache_in_overlap ELSE 0 END AS x_cache,
+             WHEN coalesce(measured_busy, false) THEN cache_in_overlap ELSE 0 END AS x_cache,
         CASE WHEN activity_class <> 'compute' OR NOT coalesce(clock > 0 AND clock_iso > 0, false) THEN 0
              ELSE (clock_iso / clock - 1) * (1 - least(1, coalesce(r_v, 0) / sat)) END AS x_clock,
         CASE WHEN activity_class = 'comm' AND f > 0 THEN 0.5 * comm_fraction / f ELSE 0 END AS x_link
