@@ -24,6 +24,7 @@ Exit status 1 when the evaluation misses a target (>= 90% of classes right on ea
 from __future__ import annotations
 
 import argparse
+import itertools
 import sys
 import tempfile
 from collections import Counter
@@ -74,6 +75,17 @@ def _pct(v, signed=True) -> str:
 
 def _interval(v, lo, hi) -> str:
     return "-" if v is None else f"{_pct(v)} [{_pct(lo)}, {_pct(hi)}]"
+
+
+def attributor(folder: Path):
+    """``traceql.attribute`` with each call's raw traces ingested into a folder of its own under ``folder``."""
+    from traceql.attribute import attribute
+
+    calls = itertools.count()
+
+    def attr(path, **kw):
+        return attribute(path, workdir=folder / str(next(calls)), **kw)
+    return attr
 
 
 def eval_traces() -> dict[str, Path]:
@@ -252,13 +264,8 @@ def main(argv=None) -> int:
                    help="fit queries/_calibration.sql on the calibration set (never on the evaluation set) first")
     p.add_argument("--no-training", action="store_true", help="leave out the table of the training traces")
     args = p.parse_args(argv)
-    from traceql.attribute import attribute
-
     with tempfile.TemporaryDirectory() as tmp:
-        def attr(path, **kw):
-            key = (str(path), str(kw), len(list(Path(tmp).iterdir())))
-            return attribute(path, workdir=Path(tmp) / str(abs(hash(key))), **kw)
-
+        attr = attributor(Path(tmp))
         if args.calibrate:
             first = calibrate(known_cause_rows(attr, CALIBRATION))
             write_calibration(first)  # the cache loss first: the bands are the errors of the models it completes

@@ -28,24 +28,16 @@ def test_attribution_doc_tables_hold_the_sql_constants():
 
 
 def test_validation_doc_is_what_the_code_gives(tmp_path):
-    from traceql.attribute import attribute
-
     doc = (ROOT / "docs/validation.md").read_text()
+    attr = validate.attributor(tmp_path)
     for name, traces in validate.sets().items():
-        def attr(path, name=name, **kw):
-            return attribute(path, workdir=tmp_path / f"{name}{len(list(tmp_path.iterdir()))}", **kw)
-
         rows = validate.known_cause_rows(attr, traces)
         assert validate.summary(f"{name.capitalize()} set", rows) in doc, name
 
 
 def test_calibration_is_fitted_on_the_calibration_set_alone(tmp_path):
     """Refitting the constants from the calibration rows gives the committed ones (so nothing else went into them)."""
-    from traceql.attribute import attribute
-
-    rows = validate.known_cause_rows(
-        lambda path, **kw: attribute(path, workdir=tmp_path / str(len(list(tmp_path.iterdir()))), **kw),
-        validate.CALIBRATION)
+    rows = validate.known_cause_rows(validate.attributor(tmp_path), validate.CALIBRATION)
     committed = _constants((ROOT / "queries/_calibration.sql").read_text())
     kappa = float(committed["cache_in_overlap"])
     fitted = validate.calibrate(rows, kappa)
