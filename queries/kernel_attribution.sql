@@ -126,30 +126,29 @@ WITH demand AS (
            coalesce(sm_pt >= 0.01, false) AS sm_on, coalesce(dram_pt >= 0.01, false) AS dram_on,
            coalesce(cache_pt >= 0.01, false) AS cache_on, coalesce(clock_pt >= 0.01, false) AS clock_on,
            coalesce(link_pt >= 0.01, false) AS link_on,
-           (1 + sm_pt) * (1 + clock_pt) * (1 + link_pt) AS base
+           (1 + sm_pt) * (1 + clock_pt) * (1 + link_pt) AS base,
+           -- the squared band of the factors outside memory: present ones, and the clock whenever it predicts
+           CASE WHEN sm_on THEN coalesce(sm_band, sm_pt) ^ 2 ELSE 0 END + coalesce(clock_band, abs(clock_pt), 0) ^ 2
+               + CASE WHEN link_on THEN coalesce(link_band, link_pt) ^ 2 ELSE 0 END AS base_var
     FROM demand
 ), alternatives AS (
     -- DRAM bandwidth and lost L2 reuse explain one busy DRAM two ways: each gives a total prediction and its band
     SELECT *,
-           base * (1 + dram_pt) - 1 AS total_dram, base * (1 + cache_pt) - 1 AS total_cache,
-           sqrt(CASE WHEN sm_on THEN coalesce(sm_band, sm_pt) ^ 2 ELSE 0 END
-                + coalesce(clock_band, abs(clock_pt), 0) ^ 2
-                + CASE WHEN link_on THEN coalesce(link_band, link_pt) ^ 2 ELSE 0 END) AS base_band
+           base * (1 + dram_pt) - 1 AS total_dram, sqrt(base_var + coalesce(dram_bw_band, dram_pt) ^ 2) AS band_dram,
+           base * (1 + cache_pt) - 1 AS total_cache, sqrt(base_var + coalesce(cache_band, cache_pt) ^ 2) AS band_cache
     FROM present
 ), chosen AS (
     SELECT *,
         -- the memory explanation: the only one present, or of two, the one nearer the observation in band units
         CASE WHEN dram_on AND cache_on
-             THEN CASE WHEN abs(s - total_cache) / sqrt(base_band ^ 2 + coalesce(cache_band, cache_pt) ^ 2)
-                            < abs(s - total_dram) / sqrt(base_band ^ 2 + coalesce(dram_bw_band, dram_pt) ^ 2)
+             THEN CASE WHEN abs(s - total_cache) / band_cache < abs(s - total_dram) / band_dram
                        THEN 'cache' ELSE 'dram_bw' END
              WHEN cache_on THEN 'cache' WHEN dram_on THEN 'dram_bw' END AS memory
     FROM alternatives
 ), combined AS (
     SELECT *,
         CASE memory WHEN 'cache' THEN total_cache WHEN 'dram_bw' THEN total_dram ELSE base - 1 END AS p,
-        sqrt(base_band ^ 2 + CASE memory WHEN 'cache' THEN coalesce(cache_band, cache_pt) ^ 2
-                                         WHEN 'dram_bw' THEN coalesce(dram_bw_band, dram_pt) ^ 2 ELSE 0 END) AS band,
+        CASE memory WHEN 'cache' THEN band_cache WHEN 'dram_bw' THEN band_dram ELSE sqrt(base_var) END AS band,
         CASE memory WHEN 'dram_bw' THEN dram_pt ELSE 0 END AS dram_used,
         CASE memory WHEN 'cache' THEN cache_pt ELSE 0 END AS cache_used,
         sm_on::INT + clock_on::INT + link_on::INT + (memory IS NOT NULL)::INT AS n_present
