@@ -1,11 +1,13 @@
 """What the one-GPU case collectors (known_cause.py, eval_cases.py) share: the device's limits, CuPy's view of the
-current PyTorch stream, and CUDA-event timing. Imported from the collectors' own folder (run as scripts)."""
+current PyTorch stream, CUDA-event timing, and a victim timed alone and then beside its co-runner. Imported from the
+collectors' own folder (run as scripts)."""
 
 from __future__ import annotations
 
 
 class CudaBench:
-    """GPU 0 with PyTorch, CuPy and numpy at hand, and the limits that size the cases' kernels."""
+    """GPU 0 with PyTorch, CuPy and numpy at hand, and the limits that size the cases' kernels. A subclass makes
+    ``victim_stream`` and ``corunner_stream`` before it runs a case."""
 
     def __init__(self):
         import cupy as cp
@@ -47,3 +49,29 @@ class CudaBench:
                 fn()
             end.record()
         return start, end
+
+    def alone_then_beside(self, fn, co, cover: float, reps: int, alone: tuple[str, dict],
+                          beside: tuple[str, dict]) -> tuple[float, float, float, bool]:
+        """``fn`` ``reps`` times on the victim stream alone, then beside the co-runner, each inside its NVTX case range
+        (name, labels). ``co(total_ms)`` launches the co-runner on the co-runner stream first, asked to last at least
+        ``total_ms``: the victim's alone time for all launches times ``cover``.
+
+        Returns the victim's mean ms per launch alone and beside, the co-runner's ms, and whether it outlasted the
+        victim's last launch."""
+        from labels import case_range  # type: ignore[import-not-found]
+
+        torch = self.torch
+        torch.cuda.synchronize()
+        with case_range(alone[0], **alone[1]):
+            s, e = self.timed(fn, reps, self.victim_stream)
+            torch.cuda.synchronize()
+        alone_ms = s.elapsed_time(e) / reps
+        with case_range(beside[0], **beside[1]):
+            co_start, co_end = self._event(), self._event()
+            with torch.cuda.stream(self.corunner_stream):
+                co_start.record()
+                co(alone_ms * reps * cover)
+                co_end.record()
+            s, e = self.timed(fn, reps, self.victim_stream)
+            torch.cuda.synchronize()
+        return alone_ms, s.elapsed_time(e) / reps, co_start.elapsed_time(co_end), e.elapsed_time(co_end) > 0

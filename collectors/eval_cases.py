@@ -336,30 +336,15 @@ class Eval(CudaBench):
         ``co(total_ms)`` launches the co-runner on the current stream (the co-runner's), asked to last at least
         ``total_ms``: the victim's alone time for all its launches times ``cover``.
         """
-        from labels import case_range  # type: ignore[import-not-found]
-
-        torch = self.torch
         expect, cause = EXPECT[casename]
         labels = dict(cause=cause, **labels, reps=reps)
-        torch.cuda.synchronize()
-        with case_range(f"{victim}_alone", corunner="none", **labels):
-            s, e = self.timed(fn, reps, self.victim_stream)
-            torch.cuda.synchronize()
-        alone = s.elapsed_time(e) / reps
-        with case_range(casename, corunner=corunner, expect=expect, **labels):
-            co_start, co_end = self._event(), self._event()
-            with torch.cuda.stream(self.corunner_stream):
-                co_start.record()
-                co(alone * reps * cover)
-                co_end.record()
-            s, e = self.timed(fn, reps, self.victim_stream)
-            torch.cuda.synchronize()
-        beside = s.elapsed_time(e) / reps
-        covered = e.elapsed_time(co_end) > 0
+        alone, beside, co_ms, covered = self.alone_then_beside(
+            fn, co, cover, reps, (f"{victim}_alone", dict(corunner="none", **labels)),
+            (casename, dict(corunner=corunner, expect=expect, **labels)))
         shown = {k: v for k, v in labels.items() if k not in ("reps", "cause")}
         print(f"{casename:>18} victim {victim:<12} beside {corunner:<13} expect={expect:<7} {shown}: "
               f"alone {alone:.3f} ms, beside {beside:.3f} ms ({beside / alone - 1:+.1%}), "
-              f"co-runner {co_start.elapsed_time(co_end):.1f} ms, covered={'yes' if covered else 'NO'}", flush=True)
+              f"co-runner {co_ms:.1f} ms, covered={'yes' if covered else 'NO'}", flush=True)
         return alone, beside
 
     def gemm_gemm(self, reps: int) -> None:

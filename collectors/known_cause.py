@@ -221,28 +221,13 @@ class Bench(CudaBench):
         ``co(total_ms)`` launches the co-runner (current stream: the co-runner's), asked to last at
         least ``total_ms``: the victim's alone time for all launches times ``cover``.
         """
-        from labels import case_range  # type: ignore[import-not-found]
-
-        torch = self.torch
         labels["reps"] = reps
-        torch.cuda.synchronize()
-        with case_range(f"{victim}_alone", corunner="none", **labels):
-            s, e = self.timed(fn, reps, self.victim_stream)
-            torch.cuda.synchronize()
-        alone = s.elapsed_time(e) / reps
-        with case_range(f"{victim}_{corunner}", corunner=corunner, **labels):
-            co_start, co_end = self._event(), self._event()
-            with torch.cuda.stream(self.corunner_stream):
-                co_start.record()
-                co(alone * reps * cover)
-                co_end.record()
-            s, e = self.timed(fn, reps, self.victim_stream)
-            torch.cuda.synchronize()
-        beside = s.elapsed_time(e) / reps
-        covered = e.elapsed_time(co_end) > 0
+        alone, beside, co_ms, covered = self.alone_then_beside(
+            fn, co, cover, reps, (f"{victim}_alone", dict(corunner="none", **labels)),
+            (f"{victim}_{corunner}", dict(corunner=corunner, **labels)))
         shown = {k: v for k, v in labels.items() if k != "reps"}
         print(f"{victim:>12} beside {corunner:<12} {shown}: alone {alone:.3f} ms, beside {beside:.3f} ms "
-              f"({beside / alone - 1:+.1%}), co-runner {co_start.elapsed_time(co_end):.1f} ms, "
+              f"({beside / alone - 1:+.1%}), co-runner {co_ms:.1f} ms, "
               f"covered={'yes' if covered else 'NO'}", flush=True)
         return alone, beside
 
