@@ -93,3 +93,27 @@ def test_renamed_kernels_give_the_same_attribution(tmp_path, known_cause_run, gr
     assert {"busy_wait", "stream_triad", "sweep_update", "sweep_relax"} <= set(mapping)
     after = attribute(tmp_path / "renamed", group_by_nvtx="case:*")
     assert _comparable(grouped) == _comparable(after)
+
+
+def test_the_paper_breakdown_applies_the_attribution_class_rule(grouped):
+    """traceql.paper.breakdown combines and classes factor points as kernel_attribution does: fed a row's own points
+    and bands (the midpoints and half-widths of its factor intervals), it gives the row's prediction, band, parts and
+    class."""
+    from traceql.paper.breakdown import FACTORS, cause, combine
+
+    names = {"sm": "sm", "dram_bw": "dram_bw", "cache": "cache", "clock": "clock", "link": "link"}
+    checked = 0
+    for r in grouped.kernels.to_pylist():
+        if not r["significant"] or r["predicted"] is None:
+            continue
+        points = {f: (r[f"{names[f]}_lo"] + r[f"{names[f]}_hi"]) / 2 for f, _ in FACTORS}
+        bands = {f: (r[f"{names[f]}_hi"] - r[f"{names[f]}_lo"]) / 2 for f, _ in FACTORS}
+        c = combine(r["slowdown"], points, bands)
+        assert c["predicted"] == pytest.approx(r["predicted"], abs=1e-9)
+        assert c["band"] == pytest.approx(r["predicted_band"], abs=1e-9)
+        assert c["memory"] == r["memory_explanation"]
+        for f, _ in FACTORS:
+            assert c["parts"][f] == pytest.approx(r[f], abs=1e-9), f
+        assert cause(r["slowdown"], r["slowdown_lo"], r["slowdown_hi"], c) == (r["agreement"], r["class"])
+        checked += 1
+    assert checked >= 10
