@@ -610,10 +610,10 @@ def generate(result, source: str) -> str:
         "## Per collective, data type and NCCL_MAX_CTAS\n\n" + groups_section(result),
         "## Per configuration\n\n" + configs_section(result),
         "## Energy and power per mode\n\n" + power_section(result),
-        "## Why each configuration slowed down\n\nThe attribution's per-instance predictions, summed over the "
-        "overlapped mode's instances (t0-weighted): the parts add up to the observed slowdown of those instances "
-        "against their own baselines (docs/attribution.md), which is close to, not the same as, `compute_slowdown` "
-        "(the mode totals).\n\n" + breakdown_section(result),
+        "## Why each configuration slowed down\n\nThe attribution's per-instance predictions, t0-weighted over the "
+        "overlapped mode's instances and combined by its rule (docs/paper.md): the parts and the residual add up to "
+        "the observed slowdown of those instances against their own baselines (docs/attribution.md), which is close "
+        "to, not the same as, `compute_slowdown` (the mode totals).\n\n" + breakdown_section(result),
         "## Findings the paper does not have\n\n" + findings_section(result),
     ]
     return "\n\n".join(sections) + "\n"
