@@ -109,7 +109,8 @@ WITH inst AS (
              -- no profile: only a measured busy DRAM (never the demand alone) opens the calibrated loss
              WHEN coalesce(measured_busy, false) THEN cache_in_overlap ELSE 0 END AS x_cache,
         CASE WHEN activity_class <> 'compute' OR NOT coalesce(clock > 0 AND clock_iso > 0, false) THEN 0
-             ELSE (clock_iso / clock - 1) * (1 - least(1, coalesce(r_v, 0) / sat)) END AS x_clock,
+             -- (+ 0.0: a clock above the isolated one times a zero weight is -0.0, which would print as such)
+             ELSE (clock_iso / clock - 1) * (1 - least(1, coalesce(r_v, 0) / sat)) + 0.0 END AS x_clock,
         CASE WHEN activity_class = 'comm' AND f > 0 THEN 0.5 * comm_fraction / f ELSE 0 END AS x_link
     FROM shaped
 ), predicted AS (

@@ -98,6 +98,8 @@ class Attribution:
 def _num(v):
     if isinstance(v, float) and (math.isnan(v) or math.isinf(v)):
         return None
+    if isinstance(v, float):
+        return v + 0.0  # -0.0 (a zero reached from below in one summation order, not in another) prints as 0.0
     if isinstance(v, int) and abs(v) > 2**62:
         return float(v)
     return v
