@@ -1,8 +1,9 @@
 """Odd rows of a normalized table, dropped at ingest and counted, never silently.
 
 A profiler's export can hold rows no GPU produced as written: an activity whose end precedes its start or
-that has no time at all (a record cut off when the collection stopped, a damaged file), the same row twice (an
-export merged or appended twice), an activity on a negative device id. Each such row would bend every sum
+that has no time at all (a record cut off when the collection stopped, a damaged file), whose times are so far apart
+that its duration does not fit 64 bits, the same row twice (an export merged or appended twice), an activity on a
+negative device id. Each such row would bend every sum
 downstream (a negative duration shortens a union, a duplicate overlaps its own copy), so ingest drops it and
 counts it under a stable key ``<table>.<reason>``; the counts go to the run's ``repairs`` (run.json, the manifest
 and the ``runs`` table) and to the ingest's warnings. Nothing here depends on which trace is read.
@@ -24,6 +25,7 @@ DEDUPLICATED = ("kernels", "memcpy", "memset", "runtime_api")
 REASONS = {
     "no_time": "without a start or end time",
     "end_before_start": "ending before they start",
+    "beyond_range": "lasting longer than 64-bit nanoseconds hold (times no clock gives)",
     "duplicate": "duplicated",
     "no_device": "on a negative or missing device id",
     "unknown_metric": "of a metric the export does not describe",
@@ -43,6 +45,9 @@ def screen(table: str, data: pa.Table) -> tuple[pa.Table, dict[str, int]]:
     if INTERVALS[table]:
         odd["no_time"] = pc.or_(odd["no_time"], pc.is_null(end))
     odd["end_before_start"] = pc.fill_null(pc.less(end, start), False)
+    # end - start past 2^63 - 1 (a start far below zero): its duration would wrap around to a negative number
+    odd["beyond_range"] = pc.fill_null(pc.greater(end, pc.add(pa.scalar(np.iinfo(np.int64).max, pa.int64()),
+                                                              pc.min_element_wise(start, 0))), False)
     if table in ACTIVITIES:
         odd["no_device"] = pc.fill_null(pc.less(data.column("device_id"), 0), True)
     keep = None

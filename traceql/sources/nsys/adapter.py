@@ -37,6 +37,8 @@ MEM_KINDS = {0: "pageable", 1: "pinned", 2: "device", 3: "array", 4: "managed", 
              6: "managed_static", 7: "unknown"}
 # what every kernel, copy and set row has (_activity_columns)
 ACTIVITY_COLUMNS = ["start", "end", "deviceId", "contextId", "streamId", "correlationId", "globalPid", "graphNodeId"]
+# a kernel's launch shape, which every nsys writes: without it no kernel has a signature (docs/attribution.md)
+KERNEL_SHAPE = ["gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ"]
 NVTX_TYPES = {33: "category", 34: "mark", 59: "push_pop", 60: "start_end", 75: "domain_create",
               76: "domain_destroy"}
 
@@ -160,7 +162,8 @@ class Adapter:
         r = self._scan(table, [*ACTIVITY_COLUMNS, "demangledName", "shortName", "gridX", "gridY", "gridZ", "blockX",
                                "blockY", "blockZ", "staticSharedMemory", "dynamicSharedMemory",
                                "registersPerThread"],
-                       required=["start", "end", "deviceId", "demangledName"], what="kernels")
+                       required=["start", "end", "deviceId", "globalPid", "demangledName", *KERNEL_SHAPE],
+                       what="kernels")
         names = self._names(r["demangledName"], r["shortName"])
         name, short = names.columns(r["demangledName"]), names.columns(r["shortName"], fallback=r["demangledName"])
         classes = names.classes(r["demangledName"])
@@ -181,7 +184,7 @@ class Adapter:
         if not self.has(table):
             return None
         r = self._scan(table, ["start", "end", "deviceId", "globalPid", "correlationId", "demangledName"],
-                       required=["start", "end", "deviceId", "demangledName"], what="kernels")
+                       required=["start", "end", "deviceId", "globalPid", "demangledName"], what="kernels")
         return pa.table({**self._interval_columns(r),
                          "kind": self._names(r["demangledName"]).classes(r["demangledName"])["kind"]})
 
@@ -256,7 +259,13 @@ class Adapter:
                                 "WHERE s.value IS NOT NULL").fetchall()
         finally:
             self.con.unregister("_wanted_ids")
-        return _Names(dict(rows))
+        by_id: dict[int, str] = {}
+        for i, value in rows:
+            if by_id.setdefault(i, value) != value:  # which string a row names would be a guess
+                raise BadInputError(f"{self.source.path}: StringIds holds id {i} twice, as {_cut(by_id[i])!r} and "
+                                    f"{_cut(value)!r}; nsys writes each id once: the file is damaged, export it "
+                                    "again from the .nsys-rep (`nsys export -t sqlite`)")
+        return _Names(by_id)
 
     @_reads("CUPTI_ACTIVITY_KIND_MEMCPY", "TARGET_INFO_CUDA_DEVICE")
     def memcpy(self) -> pa.Table | None:
@@ -419,6 +428,10 @@ class MetricLookup:
             [pc.bit_wise_and(type_id, 255).cast(pa.int32()), batch.column("timestamp").cast(pa.int64()),
              pa.DictionaryArray.from_arrays(name, self.names), value],
             names=["device_id", "ts_ns", "metric", "value"])
+
+
+def _cut(text: str, n: int = 60) -> str:
+    return text if len(text) <= n else text[:n] + "..."
 
 
 class _Names:
