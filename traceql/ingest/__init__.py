@@ -407,6 +407,8 @@ def ingest(traces: Sequence[str | Path] | str | Path, out: str | Path, *, requir
             remote.write_index(out, {r.run_id: r.manifest_entry() for r in results.values() if not r.already})
         elif ex.distributed and results:  # the one writer of the index
             store.reindex(out, {r.run_id: r.manifest_entry() for r in results.values() if not r.already})
+    if kwargs["index"] and (already := [r.run_id for r in results.values() if r.already]):
+        store.index_runs(out, already)  # an ingest stopped after publishing them may have left them unindexed
     return [results[i] for i in sorted(results)]
 
 

@@ -71,7 +71,18 @@ def run_id_of(folder: str | Path) -> str | None:
 
 
 def is_store(path: Path) -> bool:
-    return (path / MANIFEST).exists()  # a manifest that is not a file: a damaged store, said by read_manifest
+    """Whether ``path`` is a run directory: it has an index (a manifest that is not a file is a damaged store, said by
+    :func:`read_manifest`), or complete runs whose index was lost."""
+    return (path / MANIFEST).exists() or bool(_published(path))
+
+
+def _published(root: Path) -> list[str]:
+    """The run folders of ``root/runs`` that are complete (they have their ``run.json``)."""
+    try:
+        names = os.listdir(root / "runs")
+    except OSError:  # none, not a folder, unreadable
+        return []
+    return sorted(n for n in names if run_id_of(n) is not None and (root / "runs" / n / RUN_INFO).is_file())
 
 
 def read_manifest(root: Path, *, quiet: bool = False, shown_as: str | None = None) -> dict:
@@ -85,6 +96,15 @@ def read_manifest(root: Path, *, quiet: bool = False, shown_as: str | None = Non
     if not path.is_file():
         if not root.exists():
             raise MissingInputError(f"{root}: no such run directory; create one with `traceql ingest TRACE -o {root}`")
+        if published := _published(root):  # the index was lost (a full disk stopped its write): rebuilt from the runs
+            manifest = new_manifest()
+            _add_unindexed(root, manifest, quiet, shown_as)
+            if not quiet and (shown_as or str(root), MANIFEST) not in _noted:
+                _noted.add((shown_as or str(root), MANIFEST))
+                print(f"traceql: note: {shown_as or root} has no {MANIFEST} (its index); its {len(published)} run(s) "
+                      f"are read from their {RUN_INFO}; the next `traceql ingest` into it writes the index again",
+                      file=sys.stderr)
+            return manifest
         raise BadInputError(f"{root}: not a traceql run directory (no {MANIFEST}); create one with "
                             f"`traceql ingest TRACE -o {root}`")
     try:
@@ -175,7 +195,7 @@ def locked_manifest(root: Path) -> Iterator[dict]:
         with contextlib.suppress(OSError):  # a file system without locks: the index stays rebuildable
             fcntl.flock(lock, fcntl.LOCK_EX)
         # quiet: a writer indexing a run it wrote straight into runs/ would be told of its own run
-        manifest = read_manifest(root, quiet=True) if (root / MANIFEST).exists() else new_manifest()
+        manifest = read_manifest(root, quiet=True) if is_store(root) else new_manifest()
         yield manifest
         _write_manifest(root, manifest)
 
@@ -433,7 +453,11 @@ def discard(staged: Path, created: Path | None = None) -> None:
     nothing was published into it: a failed ingest leaves no trace."""
     shutil.rmtree(staged, ignore_errors=True)
     if created is not None:
+        with contextlib.suppress(OSError):
+            (created / "runs").rmdir()
         with contextlib.suppress(OSError):  # not empty: a run or another ingest's staging folder is in it
+            if {p.name for p in created.iterdir()} <= {".lock"}:  # the lock of an index write that failed
+                (created / ".lock").unlink(missing_ok=True)
             created.rmdir()
 
 
@@ -471,7 +495,7 @@ def publish_run(root: Path, staged: Path, run_id: str, entry: dict, *, index: bo
     """
     final = run_dir(root, run_id)
     final.parent.mkdir(exist_ok=True)
-    if (final / RUN_INFO).is_file() or (is_store(root) and run_id in read_manifest(root)["runs"]):
+    if (final / RUN_INFO).is_file() or (is_store(root) and run_id in read_manifest(root, quiet=True)["runs"]):
         return False
     if final.exists():  # files of a run that never got its run.json: moved aside in one rename, then removed
         aside = Path(tempfile.mkdtemp(dir=root, prefix=staging_prefix("stale")))
@@ -485,8 +509,26 @@ def publish_run(root: Path, staged: Path, run_id: str, entry: dict, *, index: bo
             return False
         raise
     if index:
-        reindex(root, {run_id: entry})
+        try:
+            reindex(root, {run_id: entry})
+        except BaseException:  # a full disk, Ctrl-C: the run goes back out, so that the store is as it was
+            aside = Path(tempfile.mkdtemp(dir=root, prefix=staging_prefix("unpublished")))
+            with contextlib.suppress(OSError):
+                final.rename(aside / final.name)
+            shutil.rmtree(aside, ignore_errors=True)
+            raise
     return True
+
+
+def index_runs(root: Path, run_ids: Collection[str]) -> None:
+    """Make the index of ``root`` list ``run_ids``, complete runs of it: rewritten (:func:`reindex`) where it is
+    missing or lacks one (an ingest stopped between publishing a run and indexing it), left alone otherwise."""
+    try:
+        listed = json.loads((root / MANIFEST).read_text())["runs"]
+    except (OSError, ValueError, KeyError, TypeError):
+        listed = {}
+    if not set(run_ids) <= set(listed):
+        reindex(root)
 
 
 def run_files(root: Path, table: str, *, nonempty: bool = False) -> list[Path]:
