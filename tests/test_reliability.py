@@ -2063,6 +2063,263 @@ def _mig_full(env):
     return env.child(["migrate", s], named=[s], grow=[s], watch=[s], preexec=_file_size_limit(8 << 10))
 
 
+# -- every command that writes: an output that is one of its inputs, or lies inside one; devices and pipes -----------
+
+SUITE = H200 / "suite"  # a run store whose NVTX ranges mark the modes (paper reads it)
+
+
+def _one_run(store: Path) -> Path:
+    (run_id,) = json.loads(_manifest(store).read_text())["runs"]
+    return run_dir(store, run_id)
+
+
+OVERWRITE = ("never writes over what it reads", "outside its inputs")
+
+
+@case("report", "-o the trace it reports on (T.sqlite -o T.sqlite)", words=OVERWRITE)
+def _rep_out_is_input(env):
+    t = copy(env, "cpu_nvtx")
+    return env.cli("report", t, "-o", t, named=[t], watch=[env.tmp])
+
+
+@case("report", "-o the index of the run store it reports on (S -o S/manifest.json)", words=OVERWRITE)
+def _rep_out_is_manifest(env):
+    s = _store_copy(env, "synthetic")
+    return env.cli("report", s, "-o", _manifest(s), named=[_manifest(s), f"input {s}"], watch=[env.tmp])
+
+
+@case("report", "-o a hard link to the trace it reports on", words=OVERWRITE)
+def _rep_out_hard_link(env):
+    t = copy(env, "cpu_nvtx")
+    link = env.path("report.html")
+    os.link(t, link)
+    return env.cli("report", t, "-o", link, named=[link, f"input {t}"], watch=[env.tmp])
+
+
+@case("paper", "-o the index of the run store it reads (S -o S/manifest.json)", words=OVERWRITE)
+def _paper_out_is_manifest(env):
+    s = _store_copy(env, "synthetic")
+    return env.cli("paper", s, "-o", _manifest(s), named=[_manifest(s), f"input {s}"], watch=[env.tmp])
+
+
+@case("sql", "--format parquet -o a table file of the store it reads", words=OVERWRITE)
+def _sql_out_is_run_file(env):
+    s = _store_copy(env)
+    f = _run_file(s, "kernels")
+    return env.cli("sql", s, "SELECT * FROM kernels WHERE false", "--format", "parquet", "-o", f,
+                   named=[f, f"input {s}"], watch=[env.tmp])
+
+
+@case("sql", "-o a symbolic link to the index of the store it reads", words=OVERWRITE)
+def _sql_out_link_to_manifest(env):
+    s = _store_copy(env)
+    link = env.path("result.csv")
+    link.symlink_to(_manifest(s))
+    return env.cli("sql", s, "SELECT 1", "--format", "csv", "-o", link, named=[link, f"input {s}"], watch=[env.tmp])
+
+
+@case("sql", "-o a hard link to a table file of the store it reads", words=OVERWRITE)
+def _sql_out_hard_link(env):
+    s = _store_copy(env)
+    link = env.path("kernels.parquet")
+    os.link(_run_file(s, "kernels"), link)
+    return env.cli("sql", s, "SELECT 1", "--format", "parquet", "-o", link, named=[link, f"input {s}"],
+                   watch=[env.tmp])
+
+
+@case("attribute", "-o a run folder of the store it reads", words=OVERWRITE)
+def _attr_out_run_folder(env):
+    s = _store_copy(env, "synthetic")
+    d = _one_run(s)
+    return env.cli("attribute", s, "-o", d, named=[d, f"input {s}"], watch=[env.tmp])
+
+
+@case("attribute", "--baseline that is the input through a symbolic link", words="give the baseline run only once")
+def _attr_baseline_link(env):
+    s = env.inputs["synthetic"]
+    link = env.path("baseline")
+    link.symlink_to(s, target_is_directory=True)
+    return _attribute(env, s, "--baseline", link, named=link)
+
+
+@case("diff", "-o a run folder of a store it compares", words=OVERWRITE)
+def _diff_out_run_folder(env):
+    s = _store_copy(env, "synthetic")
+    d = _one_run(s)
+    return env.cli("diff", env.inputs["synthetic"], s, "-o", d, named=[d, f"input {s}"], watch=[env.tmp])
+
+
+@case("diff", "--html the index of a store it compares, given as PATH@RUN", words=OVERWRITE)
+def _diff_html_manifest(env):
+    s = _store_copy(env, "synthetic")
+    run_id = _one_run(s).name.removeprefix("run_id=")
+    return env.cli("diff", env.inputs["synthetic"], f"{s}@{run_id}", "--html", _manifest(s),
+                   named=[_manifest(s), f"input {s}"], watch=[env.tmp])
+
+
+@case("ingest", "-o inside the export folder it reads", words=OVERWRITE)
+def _out_inside_export(env):
+    e = copy(env, "parquetdir", "export")
+    out = e / "runs"
+    return env.cli("ingest", e, "-o", out, named=[out, f"input {e}"], watch=[env.tmp])
+
+
+@case("overlap", "--keep inside the export folder it reads", words=OVERWRITE)
+def _ovl_keep_inside_export(env):
+    e = copy(env, "parquetdir", "export")
+    keep = e / "kept"
+    return env.cli("overlap", e, "--keep", keep, named=[keep, f"input {e}"], watch=[env.tmp])
+
+
+class _PipeReader:
+    """A named pipe at ``path`` and a thread that reads whatever is written to it, until :meth:`close`."""
+
+    def __init__(self, path: Path):
+        import threading
+
+        os.mkfifo(path)
+        self.path, self.data, self.done = path, bytearray(), threading.Event()
+        self.fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # open already: a writer's open does not block
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        while True:
+            try:
+                chunk = os.read(self.fd, 1 << 16)
+            except BlockingIOError:
+                chunk = None
+            if chunk:
+                self.data += chunk
+            elif self.done.is_set():
+                return
+            else:
+                time.sleep(0.01)
+
+    def close(self) -> bytes:
+        self.done.set()
+        self.thread.join(10)
+        os.close(self.fd)
+        return bytes(self.data)
+
+
+@case("paper", "-o a named pipe: written in place (the pipe stays a pipe and gets the table)", expect=0)
+def _paper_out_pipe(env):
+    import stat
+
+    fifo = env.path("paper.csv")
+    reader = _PipeReader(fifo)
+    try:
+        run = env.cli("paper", SUITE, "--table", "headline", "--format", "csv", "-o", fifo)
+    finally:
+        got = reader.close()
+    if not stat.S_ISFIFO(os.lstat(fifo).st_mode) or b"overlap" not in got:
+        run.err += (f"\ntraceql: {fifo} is {'still' if stat.S_ISFIFO(os.lstat(fifo).st_mode) else 'no longer'} a "
+                    f"pipe; the reader got {len(got)} bytes")
+        run.rc = 99
+    return run
+
+
+# -- ingest: a full disk between publishing a run and indexing it; a store whose index is lost ---------------------
+
+def _no_room_for(name: str):
+    """A context in which writing a file called ``name`` fails as on a full disk (ENOSPC): its rename into place
+    (the last step of every atomic write of traceql's) raises, in this process."""
+    import contextlib
+    import errno
+
+    @contextlib.contextmanager
+    def patched():
+        real = os.replace
+
+        def replace(src, dst, *args, **kwargs):
+            if Path(dst).name == name:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(dst))
+            return real(src, dst, *args, **kwargs)
+
+        os.replace = replace
+        try:
+            yield
+        finally:
+            os.replace = real
+    return patched()
+
+
+@case("ingest", "the disk fills at a new store's first index write: nothing is left, and the same ingest again "
+      "lands the run", words=("cannot write here", "free space"))
+def _full_at_first_index(env):
+    out = env.path("out")
+    trace = copy(env, "cpu_nvtx")
+    with _no_room_for("manifest.json"):
+        run = env.cli("ingest", trace, "-o", out, "--allow-no-kernels", named=[out], watch=[env.tmp])
+    left = sorted(str(p.relative_to(out)) for p in out.rglob("*")) if out.exists() else []
+    run.watched = {}  # checked here: the ingest that follows changes the folder
+    again = env.cli("ingest", trace, "-o", out, "--allow-no-kernels")
+    runs = _runs_in(out)
+    if left or again.rc or len(runs) != 1 or env.cli("sql", out, "SELECT count(*) FROM runs").rc:
+        run.err += f"\ntraceql: left after the failure {left}; the next ingest: exit {again.rc}, runs {sorted(runs)}"
+        run.rc = 99
+    run.watched, run.grew = {out: None}, {out}
+    return run
+
+
+@case("sql", "a run store whose index (manifest.json) is lost: its runs are read, with a note", expect=0,
+      words=("no manifest.json", "traceql ingest"))
+def _sql_index_lost(env):
+    s = _store_copy(env)
+    _manifest(s).unlink()
+    run = env.cli("sql", s, "SELECT count(*) AS n FROM kernels", "--format", "csv", named=[s], watch=[s])
+    if run.out.split() != ['"n"', "168"]:
+        run.err += f"\ntraceql: expected the run's 168 kernels, got {run.out!r}"
+        run.rc = 99
+    return run
+
+
+@case("ingest", "a trace again into a store whose index (manifest.json) is lost: the index is written again",
+      expect=0)
+def _ingest_index_lost(env):
+    s = _store_copy(env, "nvtx_store")
+    before = _runs_in(s)
+    _manifest(s).unlink()
+    run = env.cli("ingest", env.inputs["cpu_nvtx"], "-o", s, "--allow-no-kernels", watch=[s], grow=[s])
+    if _runs_in(s) != before or "already ingested" not in run.err:
+        run.err += f"\ntraceql: the index lists {sorted(_runs_in(s))}, before {sorted(before)}"
+        run.rc = 99
+    return run
+
+
+# -- ingest: values and tables nsys does not write ----------------------------------------------------------------
+
+@case("ingest", "a kernel from -2^63 to 2^63-1 (its duration wraps around 64 bits): dropped, counted", expect=0,
+      words="longer than 64-bit nanoseconds")
+def _kernel_span_overflow(env):
+    run = _repaired(env, "span.sqlite", f"UPDATE {KERNEL} SET start = -9223372036854775808, end = 9223372036854775807 "
+                    f"WHERE rowid = (SELECT min(rowid) FROM {KERNEL})")
+    negative = env.cli("sql", env.path("out"), "SELECT count(*) AS n FROM kernels WHERE dur_ns < 0", "--format",
+                       "csv").out
+    if negative.split() != ['"n"', "0"]:
+        run.err += "\ntraceql: a kernel with a negative duration was stored"
+        run.rc = 99
+    return run
+
+
+@case("ingest", "a kernel table without its grid columns", words=(KERNEL, "gridX"))
+def _kernel_no_grid(env):
+    return ingest(env, without_column(env, "nogrid.sqlite", KERNEL, "gridX"))
+
+
+@case("ingest", "a kernel table without its globalPid column", words=(KERNEL, "globalPid"))
+def _kernel_no_global_pid(env):
+    return ingest(env, without_column(env, "nopid.sqlite", KERNEL, "globalPid"))
+
+
+@case("ingest", "a string table holding one id twice, with two strings",
+      words=("StringIds", "twice", "export it again"))
+def _string_ids_twice(env):
+    twice = "INSERT INTO StringIds SELECT id, value || '_other' FROM StringIds"
+    return ingest(env, edited(env, "strings.sqlite", twice, src="contention", rebuild=("StringIds",)))
+
+
 def test_docs_list_every_case():
     """docs/reliability.md is generated from this suite (benchmarks/reliability_report.py): every case is in it, and
     its counts are this suite's, all clean."""

@@ -46,6 +46,7 @@ from .baselines import External
 from .errors import BadInputError, MissingInputError, UsageError
 from .executor import Executor
 from .executor import parse as parse_executor
+from .output import same_path
 from .verdict import verdicts
 
 
@@ -74,7 +75,7 @@ def attribute(inputs: list[str | Path] | str | Path, *, baseline: str | Path | N
     inputs = input_paths(inputs)
     if focus not in ("any", "comm"):
         raise UsageError(f"focus {focus!r}: choose any or comm")
-    if baseline is not None and Path(baseline) in inputs:
+    if baseline is not None and any(same_path(baseline, p) for p in inputs):  # also through a link
         raise UsageError(f"--baseline {baseline} is also an input: give the baseline run only once")
     if baseline is not None and not Path(baseline).exists():  # before the work, not after it
         raise MissingInputError(f"--baseline {baseline}: no such file or run directory")

@@ -24,6 +24,8 @@ from .executor import Executor
 # 2: every activity is a row (activity, kind), slowdowns carry intervals, significance is the interval's
 JSON_SCHEMA_VERSION = 3
 FACTORS = ("sm", "dram_bw", "cache", "clock", "link")
+# the files Attribution.write puts in its folder, in the order they are uploaded (attribution.json last)
+OUT_FILES = ("kernels.parquet", "summary.parquet", "attribution.json")
 
 @dataclass
 class Attribution:
@@ -69,8 +71,7 @@ class Attribution:
 
             with tempfile.TemporaryDirectory(prefix="traceql-out-") as tmp:
                 self.write(tmp)
-                urls.upload([Path(tmp) / n for n in ("kernels.parquet", "summary.parquet", "attribution.json")],
-                            str(out_dir))
+                urls.upload([Path(tmp) / n for n in OUT_FILES], str(out_dir))
             return
         out = urls.as_local(out_dir, "the output folder")
         created = not out.exists()
@@ -82,12 +83,10 @@ class Attribution:
         try:
             # the three files are renamed into place together, once all are written: all new, or all as they were
             with contextlib.ExitStack() as stack:
-                json_tmp, kernels_tmp, summary_tmp = (
-                    stack.enter_context(output.replacing(out / n))
-                    for n in ("attribution.json", "kernels.parquet", "summary.parquet"))
-                json_tmp.write_text(text)
-                pq.write_table(self.kernels, kernels_tmp)
-                pq.write_table(self.summary, summary_tmp)
+                tmp = {n: stack.enter_context(output.replacing(out / n)) for n in reversed(OUT_FILES)}  # json last
+                tmp["attribution.json"].write_text(text)
+                pq.write_table(self.kernels, tmp["kernels.parquet"])
+                pq.write_table(self.summary, tmp["summary.parquet"])
         except BaseException:
             if created:
                 with contextlib.suppress(OSError):

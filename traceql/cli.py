@@ -130,8 +130,10 @@ def ingest(
     """Normalize Nsight Systems exports and Nsight Compute reports into a run directory of Parquet tables (v1)."""
     from .ingest import DEFERRABLE
     from .ingest import ingest as do_ingest
+    from .output import refuse_overwrite
 
     labels = _parse_labels(label)
+    refuse_overwrite([out], traces)
     failed: list[str] = []
 
     with _ctrl_c("the runs ingested before it are kept, none half-written"), _progress() as bar:
@@ -200,6 +202,7 @@ def sql(
     The query is the last argument (or -q): `traceql sql RUN "SELECT count(*) FROM kernels"`. It reads the
     run store's tables and views and no other file, and writes none, unless --allow-files. Ctrl-C stops it (exit 130).
     """
+    from .output import refuse_overwrite
     from .sqlcmd import run_sql
     from .store.remote import opened
 
@@ -208,6 +211,7 @@ def sql(
             raise TraceqlErrorUsage("give a query: traceql sql RUN_DIR... \"SELECT ...\"")
         *dirs, query = run_dirs
         run_dirs, query = dirs, str(query)
+    refuse_overwrite([output], run_dirs)
     with opened(run_dirs, "a run directory") as local:  # a store at a URL: a local copy, removed afterwards
         run_sql(local, query, fmt.value, output, sys.stdout, allow_files=allow_files)
 
@@ -238,7 +242,8 @@ def attribute(
 ) -> None:
     """Measure overlap and slowdown of every GPU activity beside other work, and name the contended resource."""
     from .attribute import attribute as do_attribute
-    from .output import check_folder
+    from .attribution import OUT_FILES
+    from .output import check_folder, refuse_overwrite
     from .render import render_attribution
     from .sources import urls
     from .store.remote import opened
@@ -247,6 +252,7 @@ def attribute(
         urls.filesystem(out_dir)
     elif out_dir is not None:
         check_folder(urls.as_local(out_dir, "-o"))
+        refuse_overwrite([urls.as_local(out_dir, "-o") / n for n in OUT_FILES], [*inputs, baseline, *ncu])
     extra = [baseline] if baseline is not None else []
     _local_executor([*inputs, *extra, *ncu], executor)
     with _ctrl_c("nothing was written"), _progress() as bar, opened([*inputs, *extra, *ncu]) as local:
@@ -279,9 +285,11 @@ def overlap(
 ) -> None:
     """Per GPU: how long compute and communication kernels ran alone, together and not at all (exact unions, from
     the kernels alone)."""
+    from .output import refuse_overwrite
     from .overlap import overlap as do_overlap
     from .render import render_overlap
 
+    refuse_overwrite([keep], inputs)
     with _ctrl_c("nothing was written"), _progress() as bar:
         bar.add_task("overlap", total=None)
         table = do_overlap(inputs, workdir=keep)
@@ -312,14 +320,18 @@ def diff(
 
     Exit code: 0; 1 when a --gate is violated; 2 bad input (different GPU models, nothing in common, a bad gate).
     """
-    from .diff import GATE_COLUMNS
+    from .diff import GATE_COLUMNS, input_path
     from .diff import diff as do_diff
+    from .diff_model import OUT_FILES
     from .gates import check, parse
+    from .output import refuse_overwrite
     from .render_diff import FORMATS, render_diff
 
     if fmt not in FORMATS:
         raise TraceqlErrorUsage(f"--format {fmt!r}: choose table, json or csv")
     gates = [parse(g, GATE_COLUMNS) for g in gate]  # a bad gate fails before the analysis
+    refuse_overwrite([*(out_dir / n for n in OUT_FILES if out_dir is not None), html],
+                     [input_path(a), input_path(b)])
     if html is not None:
         from .report.diff import load_diff_recipe
 
@@ -353,9 +365,11 @@ def report(
     executor: ExecutorOpt = None,
 ) -> None:
     """Build a self-contained HTML report (charts and tables, no network needed) over one run or many."""
+    from .output import refuse_overwrite
     from .report import report as do_report
     from .store.remote import opened
 
+    refuse_overwrite([out], inputs)
     _local_executor(inputs, executor)
     with _ctrl_c(f"{out} was not written"), _progress() as bar, opened(inputs) as local:
         task = bar.add_task("report", total=None)
@@ -387,6 +401,7 @@ def paper_cmd(
     """The overlap characterization of Lee et al. (ISPASS 2025): compute slowdown overlapped against compute only
     and against sequential, sequential over overlapped, communication slowdown, overlap efficiency, energy and
     power per mode, all with 95% intervals; and the cause of each configuration's slowdown."""
+    from .output import refuse_overwrite
     from .paper import TABLES
     from .paper import paper as do_paper
     from .paper.text import render
@@ -395,6 +410,7 @@ def paper_cmd(
         raise TraceqlErrorUsage(f"--format {fmt!r}: choose table, json or csv")
     if table is not None and table not in TABLES:
         raise TraceqlErrorUsage(f"--table {table!r}: choose {', '.join(TABLES)}")
+    refuse_overwrite([output], inputs)
     result = do_paper(inputs, on_error=on_error)
     text = render(result, fmt, table)
     if output is None:

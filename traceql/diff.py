@@ -56,6 +56,13 @@ def diff(a: str | Path, b: str | Path, *, group_by_nvtx: str | None = None,
 
 # --- one side ---------------------------------------------------------------------------------------------------
 
+def input_path(spec: str) -> Path:
+    """The file or folder a side names: ``spec``, or the PATH of PATH@RUN."""
+    path = Path(spec)
+    head, sep, _ = spec.rpartition("@")
+    return Path(head) if not path.exists() and sep and head else path
+
+
 def _resolve(spec: str) -> tuple[Path, list[str]]:
     path = Path(spec)
     if path.exists():

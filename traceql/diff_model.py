@@ -4,6 +4,7 @@ constants of the comparison: the tables, the metrics and their units, the noise 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 from dataclasses import dataclass, field
@@ -13,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 
 from .attribution import Attribution
-from .output import json_safe
+from .output import json_safe, replacing, unwritable
 from .verdict import CAUSES
 
 JSON_SCHEMA_VERSION = 1
@@ -67,6 +68,8 @@ DIFF_METRICS = {
 }
 # the tables of a diff, by the names a diff recipe's queries read them
 DIFF_TABLES = ("diff_summary", "diff_metrics", "diff_kernels", "diff_steps", "diff_waterfall")
+# the files Diff.write puts in its folder
+OUT_FILES = ("diff.json", *(f"{t.removeprefix('diff_')}.parquet" for t in DIFF_TABLES))
 GATE_COLUMNS = {**dict.fromkeys(SIDE_METRICS, True), **dict.fromkeys(DIFF_METRICS, False)}
 PARTS = ("a", "b", "delta", "rel", "lo", "hi", "significant")
 ATTR_FIELDS = ("n_overlapped", "t0_ns", "t1_ns", "slowdown", "slowdown_lo", "slowdown_hi", "class", *CAUSES,
@@ -110,10 +113,16 @@ class Diff:
         import pyarrow.parquet as pq
 
         out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "diff.json").write_text(json.dumps(self.to_json(), indent=1, default=str))
-        for name, table in self.tables().items():
-            pq.write_table(table, out / f"{name.removeprefix('diff_')}.parquet")
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise unwritable(out, exc) from exc
+        # each file written beside its target and renamed over it once all are written: all new, or all as they were
+        with contextlib.ExitStack() as stack:
+            tmp = {n: stack.enter_context(replacing(out / n)) for n in OUT_FILES}
+            tmp["diff.json"].write_text(json.dumps(self.to_json(), indent=1, default=str))
+            for name, table in self.tables().items():
+                pq.write_table(table, tmp[f"{name.removeprefix('diff_')}.parquet"])
 
 
 @dataclass

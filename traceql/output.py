@@ -5,7 +5,9 @@ complete, so a reader never sees half a file and a failure (a full disk, Ctrl-C)
 no temporary file behind. A device or a pipe (``/dev/stdout``) is written in place, from a temporary file made
 elsewhere: it cannot be replaced and must not be (a rename over ``/dev/full`` would replace the device, and pyarrow
 deletes a path it failed to write). Every failure to write is bad input naming the
-path and the next step (:func:`unwritable`).
+path and the next step (:func:`unwritable`). No output may be one of the command's inputs or lie inside one
+(:func:`refuse_overwrite`): a report written over its trace, or a result over a run store's index, destroys what the
+command read.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from .errors import BadInputError
@@ -62,6 +64,68 @@ def check_folder(path: str | Path) -> None:
     if path.exists() and not path.is_dir():
         raise BadInputError(f"{path}: is a file, not a folder; give a folder to write into")
     _probe(path, path)
+
+
+def refuse_overwrite(outputs: Iterable[str | Path | None], inputs: Iterable[str | Path | None]) -> None:
+    """Refuse, before any work, an output that is one of the inputs or lies inside one (a file of a run store, its
+    index ``manifest.json``, a run's folder, a file of an export folder): bad input naming both. Paths are compared
+    resolved (symbolic links) and by identity (device and inode: hard links, bind mounts); outputs and inputs at URLs
+    of other protocols than ``file://`` are left out, as is None (no output given)."""
+    outs = [p for p in map(_local, outputs) if p is not None]
+    ins = [p for p in map(_local, inputs) if p is not None and (p.exists() or p.is_symlink())]
+    for out in outs:
+        for inp in ins:
+            if (how := _overwrites(out, inp)) is not None:
+                raise BadInputError(f"{out}: {how} {inp}; a command never writes over what it reads: give an output "
+                                    "path outside its inputs")
+
+
+def _local(value: str | Path | None) -> Path | None:
+    from .sources.urls import is_url, local_path
+
+    if value is None:
+        return None
+    if is_url(value):
+        return local_path(str(value))
+    return Path(value)
+
+
+def same_path(a: str | Path, b: str | Path) -> bool:
+    """Whether ``a`` and ``b`` name one file or folder: equal once resolved (symbolic links), or of one device and
+    inode (hard links, bind mounts)."""
+    a, b = Path(a), Path(b)
+    same = _identity(a)
+    return a.absolute().resolve() == b.absolute().resolve() or (same is not None and same == _identity(b))
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _overwrites(out: Path, inp: Path) -> str | None:
+    """How writing ``out`` would overwrite the input ``inp`` ('is the input', 'is inside the input'); None if not."""
+    target = _identity(inp)
+    if target is None:
+        return None
+    here = out.absolute()
+    while not (here.exists() or here.is_symlink()) and here != here.parent:  # the part of the path that exists
+        here = here.parent
+    real = here.resolve()
+    for i, folder in enumerate([real, *real.parents]):
+        if _identity(folder) == target:
+            return "is the input" if i == 0 and here == out.absolute() else "is inside the input"
+    if out.absolute().resolve().is_relative_to(inp.resolve()):
+        return "is inside the input"
+    own = _identity(out)
+    if own is not None and out.is_file() and os.stat(out).st_nlink > 1:  # a hard link to an input's file?
+        files = [inp] if not inp.is_dir() else (p for p in inp.rglob("*") if p.is_file())
+        if any(_identity(f) == own for f in files):
+            return "is a hard link to a file of the input"
+    return None
 
 
 def _probe(path: Path, folder: Path) -> None:

@@ -302,12 +302,15 @@ def _table(rows: list[dict], types: dict[str, pa.DataType]) -> pa.Table:
 
 
 def write_text(path: str | Path, text: str) -> Path:
-    """Write ``text`` to ``path`` atomically: a reader never sees half a file, a failure leaves none."""
+    """Write ``text`` to ``path`` whole or not at all (:func:`traceql.output.replacing`: a device or a pipe is
+    written in place, never replaced); a failure is bad input naming ``path``."""
+    from ..output import replacing, unwritable
+
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=f".{path.name}.", suffix=".tmp", delete=False,
-                                     encoding="utf-8") as tmp:
-        tmp.write(text)
-    Path(tmp.name).chmod(0o644)
-    Path(tmp.name).replace(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise unwritable(path, exc) from exc
+    with replacing(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
     return path
