@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import lzma
 import os
 import shutil
@@ -304,3 +305,14 @@ def read_ncu_report(path: Path) -> list[dict]:
             kernels.append({"name": act.name(ncu_report.IAction.NameBase_DEMANGLED), "short_name": act.name(),
                             "metrics": metrics, "units": {n: act.metric_by_name(n).unit() for n in metrics}})
     return kernels
+
+
+def without_digests(root: Path) -> None:
+    """Make the run store ``root`` one written before runs recorded the sha256 of their files (index and run.json):
+    it is read by sizes and footers, so a test may rewrite a file of it."""
+    manifest = json.loads((root / "manifest.json").read_text())
+    for entry in manifest["runs"].values():
+        entry.pop("digests", None)
+    (root / "manifest.json").write_text(json.dumps(manifest))
+    for info in root.glob("runs/*/run.json"):
+        info.write_text(json.dumps({k: v for k, v in json.loads(info.read_text()).items() if k != "digests"}))

@@ -837,9 +837,29 @@ def _out_under_file(env):
     return _into(env, f / "runs", named=f / "runs", watch=f)
 
 
-@case("ingest", "-o names a device (/dev/full)", words="cannot write here")
+def full_device(env: Env) -> Path:
+    """A device that is always full, of the case's own: a node of /dev/full's kind in the case's folder, so that a
+    command that wrongly renamed over or deleted its output harms no device of the machine. Where no such node can be
+    made or written (not root, a file system mounted nodev), /dev/full itself: a user who cannot make a device node
+    cannot replace /dev/full either."""
+    import errno
+    import stat
+
+    node, machine = env.path("full"), os.stat("/dev/full")
+    try:
+        os.mknod(node, stat.S_IFCHR | 0o666, machine.st_rdev)
+        with node.open("wb") as f:
+            f.write(b"x")
+    except OSError as exc:
+        if exc.errno == errno.ENOSPC:
+            return node
+        node.unlink(missing_ok=True)
+    return Path("/dev/full")
+
+
+@case("ingest", "-o names a device (a private /dev/full)", words="cannot write here")
 def _out_dev_full(env):
-    return _into(env, Path("/dev/full"), watch=env.tmp)
+    return _into(env, full_device(env), watch=env.tmp)
 
 
 @case("ingest", "-o on a read-only file system (/sys)", words="cannot write here")
@@ -1352,14 +1372,14 @@ def _sql_out_read_only(env):
     return _sql_out(env, Path("/sys/traceql.csv"), "--format", "csv", watch=[env.tmp])
 
 
-@case("sql", "-o a full device (/dev/full), CSV", words=("cannot write here", "free space"))
+@case("sql", "-o a full device (a private /dev/full), CSV", words=("cannot write here", "free space"))
 def _sql_out_dev_full(env):
-    return _sql_out(env, Path("/dev/full"), "--format", "csv", watch=[env.tmp])
+    return _sql_out(env, full_device(env), "--format", "csv", watch=[env.tmp])
 
 
-@case("sql", "-o a full device (/dev/full), Parquet", words=("cannot write here", "free space"))
+@case("sql", "-o a full device (a private /dev/full), Parquet", words=("cannot write here", "free space"))
 def _sql_out_dev_full_parquet(env):
-    return _sql_out(env, Path("/dev/full"), "--format", "parquet", watch=[env.tmp])
+    return _sql_out(env, full_device(env), "--format", "parquet", watch=[env.tmp])
 
 
 @case("sql", "the disk fills while the result is written", words=("cannot write here", "ulimit"))
@@ -1742,10 +1762,15 @@ def _rep_out_under_file(env):
     return _report(env, env.inputs["synthetic"], out=f / "r.html", named=f)
 
 
-@case("report", "-o a full device (/dev/full): refused, the device left alone", words=("cannot write here",
-                                                                                     "free space"))
+@case("report", "-o a full device (a private /dev/full): refused, the device left alone",
+      words=("cannot write here", "free space"))
 def _rep_out_dev_full(env):
-    return _report(env, env.inputs["synthetic"], out=Path("/dev/full"), named="/dev/full")
+    device = full_device(env)
+    run = _report(env, env.inputs["synthetic"], out=device, named=device)
+    if not device.is_char_device():
+        run.err += f"\ntraceql: {device} is no longer a device"
+        run.rc = 99
+    return run
 
 
 @case("report", "-o on a read-only file system (/sys)", words="cannot write here")
@@ -2318,6 +2343,26 @@ def _kernel_no_global_pid(env):
 def _string_ids_twice(env):
     twice = "INSERT INTO StringIds SELECT id, value || '_other' FROM StringIds"
     return ingest(env, edited(env, "strings.sqlite", twice, src="contention", rebuild=("StringIds",)))
+
+
+# -- sql: table files whose bytes are not those their run recorded ---------------------------------------------------
+
+@case("sql", "one bit flipped in a table file (its size unchanged)", words=("content is not the one", "re-ingest"))
+def _sql_bit_flipped(env):
+    s = _store_copy(env)
+    f = _run_file(s, "kernels")
+    data = bytearray(f.read_bytes())
+    data[len(data) // 3] ^= 0x10
+    f.write_bytes(bytes(data))
+    return _sql(env, s, named=[f])
+
+
+@case("sql", "another run's table file copied into a run", words=("content is not the one", "re-ingest"))
+def _sql_other_runs_file(env):
+    s = _store_copy(env)
+    f = _run_file(s, "memset")
+    shutil.copy(SUITE / "runs" / "run_id=1c86e086c617c6a8" / "memset.parquet", f)
+    return _sql(env, s, "SELECT count(*) FROM memset", named=[f])
 
 
 def test_docs_list_every_case():

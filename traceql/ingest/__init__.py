@@ -35,7 +35,16 @@ from ..sources.nsys.source import open_source
 from ..store import remote, schema, screen
 from ..store.metrics import write_wide
 from ..store.wide import metric_names
-from ..store.writer import ORDERS, ROW_GROUP, RunInfo, finish_run, own_columns, write_run_json, write_streamed
+from ..store.writer import (
+    ORDERS,
+    ROW_GROUP,
+    RunInfo,
+    file_digest,
+    finish_run,
+    own_columns,
+    write_run_json,
+    write_streamed,
+)
 from ..version import __version__
 
 EVENT_TABLES = ("kernels", "memcpy", "memset", "nvtx", "runtime_api", "gpu_metrics")
@@ -489,6 +498,7 @@ def _finish_completion(folder: Path, entry: dict, staged: dict[str, Path], table
     info = store.read_run_info(folder) or dict(entry)
     info["tables"] = {**info.get("tables", {}), **tables}
     info["files"] = {**info.get("files", {}), **{t: (folder / f"{t}.parquet").stat().st_size for t in tables}}
+    info["digests"] = {**info.get("digests", {}), **{t: file_digest(folder / f"{t}.parquet") for t in tables}}
     info["repairs"] = {**info.get("repairs", {}), **repairs}
     info["columns"] = {**info.get("columns", {}), **{t: own_columns(folder / f"{t}.parquet", t) for t in tables
                                                      if t in schema.WIDE}}
@@ -500,10 +510,11 @@ def _finish_completion(folder: Path, entry: dict, staged: dict[str, Path], table
                                pa.array([sorted(info["repairs"].items())], col))
         schema.write("runs", runs, folder / "runs.parquet")
         info["files"]["runs"] = (folder / "runs.parquet").stat().st_size
+        info["digests"]["runs"] = file_digest(folder / "runs.parquet")
     info.pop("already", None)
     info.pop("warnings", None)
     write_run_json(folder, info)
-    entry.update({k: info[k] for k in ("tables", "files", "repairs", "columns", "deferred")})
+    entry.update({k: info[k] for k in ("tables", "files", "digests", "repairs", "columns", "deferred")})
     return entry
 
 

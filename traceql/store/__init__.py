@@ -46,7 +46,7 @@ import pyarrow.parquet as pq
 from .. import duck
 from ..errors import BadInputError, MissingInputError, SchemaVersionError
 from ..output import NO_ROOM, unwritable
-from . import schema
+from . import digests, schema
 from .writer import KERNEL_ORDER, RUN_INFO, RunInfo, finish_run, own_columns, write_streamed
 
 MANIFEST = "manifest.json"
@@ -310,7 +310,8 @@ def migrate(root: Path, progress: Callable[[int, int, str], None] | None = None)
     fresh = new_manifest()
     # the runs of the old index that are in the new layout, with the sizes and rows of their files as migrated (from
     # their run.json), then every other migrated run
-    fresh["runs"] = {rid: {**e, **{k: own[k] for k in ("files", "tables", "repairs", "columns") if k in own}}
+    fresh["runs"] = {rid: {**e, **{k: own[k] for k in ("files", "digests", "tables", "repairs", "columns")
+                                   if k in own}}
                      for rid, e in (manifest.get("runs") or {}).items()
                      if isinstance(e, dict) and (own := read_run_info(run_dir(root, rid))) is not None}
     _add_unindexed(root, fresh, quiet=True)
@@ -685,20 +686,23 @@ def _complete(root: Path, run_id: str) -> dict:
 def _run_files(root: Path, run_id: str, entry: dict) -> Iterator[tuple[str, Path, bool, tuple[str, ...]]]:
     """(table, file, has every column, own columns) of each table run ``run_id`` holds rows of, checked: a file whose
     size is the one the run recorded at ingest is the file ingest wrote (its footer was written by traceql); another
-    size, or a run that recorded none, has its footer checked (schema version, table, columns). Own columns: those of
-    a WIDE table's file beyond the declared ones (GPU metrics' names), as the run recorded them, or from the footer
-    where it did not (or the size differs); () for the other tables. Empty tables are left out: besides
+    size, or a run that recorded none, has its footer checked (schema version, table, columns); and a file whose run
+    recorded its sha256 must have it (:mod:`traceql.store.digests`, which hashes each state of a file once). Own
+    columns: those of a WIDE table's file beyond the declared ones (GPU metrics' names), as the run recorded them, or
+    from the footer where it did not (or the size differs); () for the other tables. Empty tables are left out: besides
     costing a read, a view over files of which some are empty misleads DuckDB's join planning (an attribution took
     100x longer with one empty file beside it)."""
     folder = run_dir(root, run_id)
     sizes = entry.get("files") or {}
+    sha256s = entry.get("digests") if isinstance(entry.get("digests"), dict) else {}
     for table in schema.TABLES:
         counted = entry.get("tables", {table: None})
         if table not in counted or counted.get(table) == 0:  # ingested before the table existed, or empty
             continue
         f = folder / f"{table}.parquet"
         try:
-            size = os.stat(f).st_size
+            st = os.stat(f)
+            size = st.st_size
         except FileNotFoundError:
             raise BadInputError(f"{f}: listed in {root / MANIFEST} but missing; re-ingest that trace") from None
         except OSError as exc:
@@ -707,6 +711,8 @@ def _run_files(root: Path, run_id: str, entry: dict) -> Iterator[tuple[str, Path
         if sizes.get(table) != size:
             schema.check_file(f, table)
             complete = not (set(schema.TABLES[table].names) - set(pq.read_schema(f).names))
+        if isinstance(sha256s.get(table), str):  # recorded since traceql wrote sha256s (digests.py)
+            digests.check(f, sha256s[table], run_id, st)
         if table in schema.WIDE:
             recorded = entry.get("columns") if isinstance(entry.get("columns"), dict) else {}
             recorded = recorded.get(table)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from . import schema
+from . import digests, schema
 
 RUN_INFO = "run.json"  # what a run records of itself, written last: a run folder with one is complete
 
@@ -27,6 +27,7 @@ class RunInfo:
     repairs: dict[str, int] = field(default_factory=dict)  # odd rows dropped at ingest, by table.reason (screen.py)
     labels: dict[str, str] = field(default_factory=dict)
     files: dict[str, int] = field(default_factory=dict)  # bytes of each table's file, as written
+    digests: dict[str, str] = field(default_factory=dict)  # sha256 of each table's file, as written (digests.py)
     # the own columns of each WIDE table's file (GPU metrics' names), as written: opening a store of many runs reads
     # these, not every file's footer
     columns: dict[str, list[str]] = field(default_factory=dict)
@@ -40,17 +41,28 @@ class RunInfo:
 
 
 def finish_run(folder: Path, info: RunInfo) -> None:
-    """Record the size of every table file in ``folder`` and write the run's ``run.json``, last: a run folder with
-    its ``run.json`` is complete, and a file of another size than recorded is checked when the store is opened.
-    A table whose file ``folder`` lacks keeps the size ``info`` records (a local copy of part of a run at a URL,
-    which ``remote.migrate`` rewrites)."""
+    """Record the size and sha256 of every table file in ``folder`` and write the run's ``run.json``, last: a run
+    folder with its ``run.json`` is complete, and a file of another size than recorded has its footer checked when the
+    store is opened, a file of other bytes is refused (:mod:`traceql.store.digests`). A table whose file ``folder``
+    lacks keeps the size and sha256 ``info`` records (a local copy of part of a run at a URL, which
+    ``remote.migrate`` rewrites)."""
     info.files = {table: (folder / f"{table}.parquet").stat().st_size if (folder / f"{table}.parquet").is_file()
                   else info.files[table] for table in info.tables
                   if (folder / f"{table}.parquet").is_file() or table in info.files}
+    info.digests = {table: file_digest(folder / f"{table}.parquet") if (folder / f"{table}.parquet").is_file()
+                    else info.digests[table] for table in info.tables
+                    if (folder / f"{table}.parquet").is_file() or table in info.digests}
     info.columns = {**{t: c for t, c in info.columns.items() if t in schema.WIDE},
                     **{t: own_columns(folder / f"{t}.parquet", t) for t in schema.WIDE
                        if (folder / f"{t}.parquet").is_file()}}
     write_run_json(folder, asdict(info))
+
+
+def file_digest(path: Path) -> str:
+    """The sha256 of a table file just written, noted as checked (the host that wrote it does not hash it again)."""
+    found = digests.sha256(path)
+    digests.remember(path, found)
+    return found
 
 
 def write_run_json(folder: Path, info: dict) -> None:
