@@ -14,7 +14,8 @@ from typing import Annotated
 
 import typer
 
-from .errors import EXIT_BAD_INPUT, EXIT_FLAGGED, Interrupted, TraceqlError
+from . import stopping
+from .errors import EXIT_BAD_INPUT, EXIT_FLAGGED, Interrupted, Terminated, TraceqlError
 from .version import __version__
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -260,8 +261,9 @@ def attribute(
         # --baseline and --ncu run directories at URLs are read through the same local copy as the inputs
         local, base, ncu_local = local[:len(inputs)], local[len(inputs):len(inputs) + len(extra)], local[
             len(inputs) + len(extra):]
-        result = do_attribute(local, baseline=base[0] if base else None, ncu=ncu_local, group_by_nvtx=group_by_nvtx,
-                              focus=focus.value, executor=executor)
+        result = stopping.run(lambda: do_attribute(local, baseline=base[0] if base else None, ncu=ncu_local,
+                                                   group_by_nvtx=group_by_nvtx, focus=focus.value, executor=executor),
+                              "nothing was written")
         if out_dir is not None:
             result.write(out_dir)
     sys.stdout.write(render_attribution(result, fmt.value, limit))
@@ -292,7 +294,7 @@ def overlap(
     refuse_overwrite([keep], inputs)
     with _ctrl_c("nothing was written"), _progress() as bar:
         bar.add_task("overlap", total=None)
-        table = do_overlap(inputs, workdir=keep)
+        table = stopping.run(lambda: do_overlap(inputs, workdir=keep), "nothing was written")
     sys.stdout.write(render_overlap(table, fmt.value))
 
 
@@ -336,7 +338,7 @@ def diff(
         from .report.diff import load_diff_recipe
 
         load_diff_recipe(recipe)  # a bad recipe fails before the analysis too
-    result = do_diff(a, b, group_by_nvtx=group_by_nvtx)
+    result = stopping.run(lambda: do_diff(a, b, group_by_nvtx=group_by_nvtx), "nothing was written")
     violations, gate_notes = check(gates, result.summary.to_pylist(), lambda r: r["device"])
     lines = [f"gate '{g.text}': ok" for g in gates if not any(v.gate == g.text for v in violations)]
     lines += [v.describe() for v in violations] + [f"note: {n}" for n in gate_notes]
@@ -379,8 +381,8 @@ def report(
             if error is not None:
                 _say(bar, f"traceql: skipped run {run}: {error}")
 
-        result = do_report(local, out, recipe=recipe, on_error=on_error.value, progress=progress,
-                           executor=executor)
+        result = stopping.run(lambda: do_report(local, out, recipe=recipe, on_error=on_error.value,
+                                                progress=progress, executor=executor), f"{out} was not written")
     typer.echo(f"traceql: report of {result.runs_text()}, {len(result.skipped)} skipped, "
                f"in {result.seconds:.1f} s", err=True)
     typer.echo(str(out))
@@ -411,7 +413,7 @@ def paper_cmd(
     if table is not None and table not in TABLES:
         raise TraceqlErrorUsage(f"--table {table!r}: choose {', '.join(TABLES)}")
     refuse_overwrite([output], inputs)
-    result = do_paper(inputs, on_error=on_error)
+    result = stopping.run(lambda: do_paper(inputs, on_error=on_error), "nothing was written")
     text = render(result, fmt, table)
     if output is None:
         sys.stdout.write(text)
@@ -600,8 +602,9 @@ def _click_errors() -> tuple[type[Exception], ...]:
 def main() -> None:
     """Entry point: map traceql errors to their exit codes without tracebacks."""
     try:
-        rc = app(standalone_mode=False)
-    except TraceqlError as exc:
+        with stopping.on_sigterm():  # SIGTERM stops the work as Ctrl-C does (exit 143), workers and all
+            rc = app(standalone_mode=False)
+    except (TraceqlError, Terminated) as exc:
         _err(str(exc))
         sys.exit(exc.exit_code)
     except typer.Exit as exc:

@@ -24,6 +24,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from . import stopping
 from .errors import BadInputError
 from .output import write_failure
 
@@ -89,7 +90,7 @@ def connect() -> duckdb.DuckDBPyConnection:
         config["memory_limit"] = limit
         config["temp_directory"] = _spill_folder()
     try:
-        return duckdb.connect(config=config)
+        return stopping.track(duckdb.connect(config=config))  # interrupted on Ctrl-C (traceql.stopping.run)
     except duckdb.Error as exc:
         if not limit:
             raise

@@ -1,7 +1,7 @@
 """Errors and exit codes, mapped in one place.
 
 Exit codes: 0 ok; 1 the analysis found what it was asked to flag (a gate); 2 bad usage or bad
-input (a file that is not an export, a missing table, an unknown schema version, no nsys); 130 Ctrl-C.
+input (a file that is not an export, a missing table, an unknown schema version, no nsys); 130 Ctrl-C; 143 SIGTERM.
 Every library error subclasses :class:`TraceqlError` and the builtin it resembles, so callers
 can catch either.
 """
@@ -12,6 +12,7 @@ EXIT_OK = 0
 EXIT_FLAGGED = 1
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT: Ctrl-C
+EXIT_TERMINATED = 143  # 128 + SIGTERM
 
 
 class TraceqlError(Exception):
@@ -57,3 +58,10 @@ class Interrupted(TraceqlError):
     """The user pressed Ctrl-C; the work stopped and left nothing half-written."""
 
     exit_code = EXIT_INTERRUPTED
+
+
+class Terminated(BaseException):
+    """The process was sent SIGTERM; the work stops as it does on Ctrl-C. Like KeyboardInterrupt, not an error: no
+    handler of errors (a unit's, a batch's failure policy) takes it for one."""
+
+    exit_code = EXIT_TERMINATED

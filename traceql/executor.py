@@ -24,6 +24,7 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Any
 
+from . import stopping
 from .errors import TraceqlError, UsageError, WorkerLostError
 from .version import __version__
 
@@ -97,18 +98,25 @@ def run_units(executor: Executor, fn: Callable[..., Any], calls: Sequence[tuple]
 
 
 def _pool(executor: Executor, fn, calls, names) -> Iterator[tuple[int, Outcome]]:
-    pool = ProcessPoolExecutor(max_workers=min(executor.workers, len(calls)))
+    # the workers die with this process however it ends, and are ended when its work is stopped (traceql.stopping)
+    pool = stopping.track_pool(ProcessPoolExecutor(max_workers=min(executor.workers, len(calls)),
+                                                   initializer=stopping.worker_init, initargs=(os.getpid(),)))
     try:
-        futures = {pool.submit(fn, *args): i for i, args in enumerate(calls)}
+        futures = {pool.submit(stopping.call, fn, *args): i for i, args in enumerate(calls)}
         for fut in as_completed(futures):
             i = futures[fut]
             try:
                 yield i, fut.result()
             except TraceqlError as exc:
                 yield i, exc
-            except BrokenProcessPool:
+            except (BrokenProcessPool, SystemExit):  # SystemExit: a worker sent SIGTERM by someone else
                 yield i, WorkerLostError(f"{names[i]}: a worker process died while this ran (killed, or out of "
                                          "memory?); run it again, with fewer local workers if memory is short")
+    except GeneratorExit:  # the caller stopped early (its failure policy): the units started finish
+        raise
+    except BaseException:  # Ctrl-C, SIGTERM, an error: the units started stop too
+        stopping.end_workers(pool)
+        raise
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
 

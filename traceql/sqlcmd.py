@@ -2,14 +2,9 @@
 
 from __future__ import annotations
 
-import contextlib
 import io
 import json
 import re
-import threading
-import time
-from collections.abc import Callable
-from concurrent.futures import Future
 from pathlib import Path
 from typing import TextIO
 
@@ -18,7 +13,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from . import duck
+from . import duck, stopping
 from .analysis import needs_prepare, prepare
 from .errors import BadInputError, Interrupted, UsageError
 from .output import check_target, replacing
@@ -26,7 +21,6 @@ from .queries_loader import IDENTIFIER, identifiers, query_files
 from .store import connect, lock_files, schema
 
 FORMATS = ("table", "csv", "json", "parquet")
-INTERRUPT_WAIT_S = 5.0  # after Ctrl-C, how long DuckDB gets to stop before traceql exits anyway
 
 
 def query(run_dirs: list[Path], sql: str, *, allow_files: bool = False) -> pa.Table:
@@ -42,11 +36,9 @@ def query(run_dirs: list[Path], sql: str, *, allow_files: bool = False) -> pa.Ta
         raise BadInputError(f"query failed: {exc}") from exc
     if not statements:
         raise UsageError(f"no SQL statement in {sql!r}: give a query, e.g. traceql sql RUN_DIR \"SELECT ...\"")
-    cons: list[duckdb.DuckDBPyConnection] = []
 
     def work() -> pa.Table:
         con = duck.connect()
-        cons.append(con)
         try:
             prepared = needs_prepare(sql)
             connect(run_dirs, con, views=needs_views(sql), needs=None if prepared else needed_tables(sql))
@@ -60,13 +52,13 @@ def query(run_dirs: list[Path], sql: str, *, allow_files: bool = False) -> pa.Ta
             raise BadInputError(f"query refused: {exc}; SQL reads the run store's tables and views only (give "
                                 "--allow-files to let it read and write files)") from exc
         except duckdb.InterruptException:
-            raise Interrupted("interrupted: the query was stopped") from None
+            raise Interrupted("interrupted; the query was stopped") from None
         except duckdb.Error as exc:
             raise BadInputError(f"query failed: {exc}") from exc
         finally:
             con.close()
 
-    return _interruptible(work, cons)
+    return stopping.run(work, "the query was stopped")
 
 
 def needs_views(sql: str) -> bool:
@@ -94,35 +86,6 @@ def needed_tables(sql: str) -> set[str]:
             seen.add(name)
             todo |= words(identifiers(views[name]))
     return tables
-
-
-def _interruptible(work: Callable[[], pa.Table], cons: list[duckdb.DuckDBPyConnection]) -> pa.Table:
-    """Run ``work`` in a thread, so that Ctrl-C in this one interrupts DuckDB (which keeps the signal waiting
-    otherwise, for as long as a statement runs) on the connections in ``cons``."""
-    done: Future[pa.Table] = Future()
-
-    def target() -> None:
-        try:
-            done.set_result(work())
-        except BaseException as exc:  # handed to the waiting thread
-            done.set_exception(exc)
-
-    threading.Thread(target=target, name="traceql-sql", daemon=True).start()
-    try:
-        while True:
-            try:
-                return done.result(timeout=0.2)
-            except TimeoutError:
-                continue
-    except KeyboardInterrupt:
-        deadline = time.monotonic() + INTERRUPT_WAIT_S
-        while not done.done() and time.monotonic() < deadline:
-            for con in cons:  # again and again: the work may go on to its next statement
-                with contextlib.suppress(duckdb.Error):
-                    con.interrupt()
-            with contextlib.suppress(Exception):  # a timeout, or the interrupted work's error
-                done.result(timeout=0.1)
-        raise Interrupted("interrupted: the query was stopped") from None
 
 
 def run_sql(run_dirs: list[Path], sql: str, fmt: str, output: Path | None, stdout: TextIO, *,
