@@ -1027,6 +1027,70 @@ def _ctrl_c_mid_ingest(env):
     return env.child(["ingest", env.inputs["contention_xz"], "-o", s], watch=s, run=interrupt)
 
 
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid``."""
+    kids = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                kids.append(int(d.name))
+    return kids
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` is a process that has not ended (a zombie has)."""
+    try:
+        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _workers_die_with_parent(env, args: list, sig: signal.Signals, **kw) -> Run:
+    """``traceql ARGS`` (two local workers) sent ``sig`` once both workers run: none of them may outlive it by more
+    than a few seconds (those that do are ended here, and named)."""
+    kids: list[int] = []
+    survivors: list[int] = []
+
+    def signalled(proc):
+        _wait_for(lambda: len(_children(proc.pid)) >= 2)
+        kids.extend(_children(proc.pid))
+        proc.send_signal(sig)
+        proc.wait(timeout=60)
+        _wait_for(lambda: not any(map(_running, kids)), timeout=10)
+        survivors.extend(k for k in kids if _running(k))
+        for k in survivors:
+            os.kill(k, signal.SIGKILL)
+
+    run = env.child(args, run=signalled, **kw)
+    if len(kids) < 2 or survivors:
+        run.err += f"\ntraceql: workers seen {kids}, still running after their parent ended: {survivors}"
+        run.rc = 99
+    return run
+
+
+def _four_traces(env) -> list[Path]:
+    return [env.inputs["contention_xz"], copy(env, "contention"), env.inputs["parquetdir"], copy(env, "cpu_nvtx")]
+
+
+@case("ingest", "four traces ingested by two workers (-j 2), the ingest killed (SIGKILL): the workers die with it",
+      expect=-9)
+def _sigkill_workers(env):
+    return _workers_die_with_parent(env, ["ingest", *_four_traces(env), "-o", env.path("out"), "-j", "2",
+                                          "--allow-no-kernels"], signal.SIGKILL)
+
+
+@case("ingest", "four traces ingested by two workers (-j 2), the ingest sent SIGTERM: exit 143, the workers end, no "
+      "half run", expect=143, words="terminated")
+def _sigterm_workers(env):
+    s = _store_copy(env)
+    return _workers_die_with_parent(env, ["ingest", *_four_traces(env), "-o", s, "-j", "2", "--allow-no-kernels"],
+                                    signal.SIGTERM, watch=s, grow=s)
+
+
 def _file_size_limit(limit: int):
     def preexec():
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
@@ -2363,6 +2427,69 @@ def _sql_other_runs_file(env):
     f = _run_file(s, "memset")
     shutil.copy(SUITE / "runs" / "run_id=1c86e086c617c6a8" / "memset.parquet", f)
     return _sql(env, s, "SELECT count(*) FROM memset", named=[f])
+
+
+# -- Ctrl-C, SIGTERM and worker processes: commands that query ------------------------------------------------------
+
+def _overlap_store(env, name: str = "ov") -> Path:
+    """The bundled overlap trace ingested: a run whose analysis takes a second or two, time for a signal to land."""
+    import traceql
+
+    out = env.path(name)
+    traceql.ingest([H200 / "overlap.sqlite.xz"], out)
+    return out
+
+
+def _working(proc) -> bool:
+    """Whether a traceql child is past its imports, the analysis' threads running (DuckDB's and Arrow's)."""
+    try:
+        return len(os.listdir(f"/proc/{proc.pid}/task")) >= 5
+    except OSError:
+        return False
+
+
+def _ctrl_c_at_work(env, args: list, **kw) -> Run:
+    """``traceql ARGS`` sent one Ctrl-C at a fifth, half and four fifths of its analysis (timed by a first run left
+    alone: DuckDB takes Ctrl-C for its own at some points and not at others); each must exit 130 with one line."""
+    proc = _spawn(args)
+    _wait_for(lambda: _working(proc) or proc.poll() is not None)
+    started = time.monotonic()
+    proc.communicate(timeout=300)
+    span = time.monotonic() - started
+    for fraction in (0.2, 0.5, 0.8):
+        def interrupt(proc, fraction=fraction):
+            _wait_for(lambda: _working(proc) or proc.poll() is not None)
+            time.sleep(fraction * span)
+            proc.send_signal(signal.SIGINT)
+
+        run = env.child(args, run=interrupt, **kw)
+        if run.rc != 130 or len(run.err.strip().splitlines()) != 1:
+            run.err += f"\ntraceql: Ctrl-C at {fraction:.0%} of the work: exit {run.rc}, stderr should be one line"
+            run.rc = 99
+            return run
+    return run
+
+
+@case("attribute", "Ctrl-C while DuckDB computes: exit 130, one line (no 'Query interrupted' traceback)",
+      expect=130, words="interrupted")
+def _attribute_ctrl_c(env):
+    return _ctrl_c_at_work(env, ["attribute", _overlap_store(env)], watch=[env.tmp])
+
+
+@case("diff", "Ctrl-C while DuckDB computes: exit 130, one line (no 'Query interrupted' traceback)", expect=130,
+      words="interrupted")
+def _diff_ctrl_c(env):
+    a = _overlap_store(env, "a")
+    b = env.path("b")
+    shutil.copytree(a, b)
+    return _ctrl_c_at_work(env, ["diff", a, b], watch=[env.tmp])
+
+
+@case("attribute", "two runs on two workers (--executor local:2), the command killed (SIGKILL): the workers die with "
+      "it", expect=-9)
+def _attribute_sigkill_workers(env):
+    return _workers_die_with_parent(env, ["attribute", _overlap_store(env), env.inputs["store"], "--executor",
+                                          "local:2"], signal.SIGKILL)
 
 
 def test_docs_list_every_case():

@@ -608,6 +608,8 @@ def main() -> None:
         _err(str(exc))
         sys.exit(exc.exit_code)
     except typer.Exit as exc:
+        if isinstance(exc.__cause__, KeyboardInterrupt):  # typer's own Ctrl-C, past the commands' handlers: silent
+            _err("interrupted")
         sys.exit(exc.exit_code)
     except (typer.Abort, KeyboardInterrupt):
         _err("interrupted")
