@@ -19,6 +19,7 @@ import os
 import re
 import shutil
 import tempfile
+import urllib.parse
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -81,12 +82,13 @@ def refuse_overwrite(outputs: Iterable[str | Path | None], inputs: Iterable[str 
 
 
 def _local(value: str | Path | None) -> Path | None:
-    from .sources.urls import is_url, local_path
-
+    """The path ``value`` names: itself, or a ``file://`` URL's path; None for no value or a URL of another protocol
+    (as :mod:`traceql.sources.urls` reads them, which this module sits below)."""
     if value is None:
         return None
-    if is_url(value):
-        return local_path(str(value))
+    if isinstance(value, str) and re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", value):
+        parsed = urllib.parse.urlparse(value)
+        return Path(urllib.parse.unquote(parsed.path)) if parsed.scheme == "file" else None
     return Path(value)
 
 
