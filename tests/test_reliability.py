@@ -567,6 +567,27 @@ def _rep_without_nsys(env):
         locate.INSTALL_GLOBS = saved
 
 
+@case("ingest", "a report whose cached export was swapped for another trace's: exported again, not taken for it",
+      expect=0, words="exporting the report again")
+def _rep_cache_swapped(env):
+    rep = copy(env, "cpu_rep")
+    first = env.cli("ingest", rep, "-o", env.path("first"), "--allow-no-kernels")
+    stamp = rep.with_name(rep.name + ".traceql") / "export.json"
+    export = stamp.parent / json.loads(stamp.read_text())["export"]
+    if export.is_dir():  # a Parquet export: another trace's Parquet export in its place
+        shutil.rmtree(export)
+        shutil.copytree(env.inputs["parquetdir"], export)
+    else:
+        shutil.copy(env.inputs["contention"], export)
+    out = env.path("out")
+    run = env.cli("ingest", rep, "-o", out, "--allow-no-kernels", named=[export], watch=[out], grow=[out])
+    (entry,) = json.loads(_manifest(out).read_text())["runs"].values() if _manifest(out).exists() else [{}]
+    if first.rc or entry.get("tables", {}).get("kernels") != 0:  # the report has no kernels; the other trace has
+        run.err += f"\ntraceql: the run of {rep} holds {entry.get('tables')}"
+        run.rc = 99
+    return run
+
+
 @case("ingest", "random bytes named .ncu-rep", words="Nsight Compute")
 def _ncu_random(env):
     return ingest(env, written(env, "random.ncu-rep", RANDOM))
@@ -2449,14 +2470,14 @@ def _working(proc) -> bool:
 
 
 def _ctrl_c_at_work(env, args: list, **kw) -> Run:
-    """``traceql ARGS`` sent one Ctrl-C at a fifth, half and four fifths of its analysis (timed by a first run left
+    """``traceql ARGS`` sent one Ctrl-C at a tenth, three tenths and half of its analysis (timed by a first run left
     alone: DuckDB takes Ctrl-C for its own at some points and not at others); each must exit 130 with one line."""
     proc = _spawn(args)
     _wait_for(lambda: _working(proc) or proc.poll() is not None)
     started = time.monotonic()
     proc.communicate(timeout=300)
     span = time.monotonic() - started
-    for fraction in (0.2, 0.5, 0.8):
+    for fraction in (0.1, 0.3, 0.5):
         def interrupt(proc, fraction=fraction):
             _wait_for(lambda: _working(proc) or proc.poll() is not None)
             time.sleep(fraction * span)
