@@ -3,18 +3,21 @@
 Search order: ``$TRACEQL_NSYS``, ``nsys`` on PATH, Nsight Systems install folders, then the
 copy bundled inside Nsight Compute. Exports are cached beside the report (``REPORT.traceql/``,
 or under ``~/.cache/traceql`` when that folder is not writable) keyed by the report's sha256,
-so a report is exported once.
+so a report is exported once; the cache's stamp also records the export's own sha256, and an export whose bytes are
+not those (another trace's export copied in, a damaged file) is made again rather than ingested as this report's.
 """
 
 from __future__ import annotations
 
 import contextlib
 import glob
+import hashlib
 import json
 import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -86,10 +89,17 @@ def export_report(report: Path, sha256: str) -> Path:
     """Export ``report`` once (Parquet directory where nsys can, else SQLite); return the export's path."""
     cache = _cache_dir(report, sha256)
     stamp = cache / "export.json"
-    if stamp.exists():
+    try:
         info = json.loads(stamp.read_text())
-        if info.get("sha256") == sha256 and (cache / info["export"]).exists():
-            return cache / info["export"]
+        cached = cache / info["export"] if info.get("sha256") == sha256 else None
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):  # none yet, or not a stamp traceql wrote
+        info, cached = {}, None
+    if cached is not None and cached.exists():
+        if info.get("export_sha256") == _fingerprint(cached):
+            return cached
+        if "export_sha256" in info:
+            print(f"traceql: note: {cached} is not the export traceql made of {report} (its bytes changed); "
+                  "exporting the report again", file=sys.stderr)
     try:
         nsys = find_nsys()
     except NsysNotFoundError as exc:
@@ -123,6 +133,20 @@ def export_report(report: Path, sha256: str) -> Path:
         if final.exists():
             shutil.rmtree(final) if final.is_dir() else final.unlink()
         out.rename(final)
-    stamp.write_text(json.dumps({"sha256": sha256, "export": name, "nsys": nsys,
-                                 "nsys_version": ".".join(map(str, version))}))
+    if stamp.is_dir():  # not a stamp traceql wrote
+        shutil.rmtree(stamp)
+    stamp.write_text(json.dumps({"sha256": sha256, "export": name, "export_sha256": _fingerprint(final),
+                                 "nsys": nsys, "nsys_version": ".".join(map(str, version))}))
     return final
+
+
+def _fingerprint(export: Path) -> str:
+    """The sha256 of an export's bytes: a file's, or a Parquet directory's files', each after its name, in name
+    order."""
+    h = hashlib.sha256()
+    for f in sorted(p for p in export.rglob("*") if p.is_file()) if export.is_dir() else [export]:
+        h.update(f.relative_to(export).as_posix().encode() + b"\0" if export.is_dir() else b"")
+        with open(f, "rb") as src:
+            while chunk := src.read(1 << 20):
+                h.update(chunk)
+    return h.hexdigest()
