@@ -588,27 +588,6 @@ def _rep_cache_swapped(env):
     return run
 
 
-@case("ingest", "a report whose cached export was swapped for another trace's: exported again, not taken for it",
-      expect=0, words="exporting the report again")
-def _rep_cache_swapped(env):
-    rep = copy(env, "cpu_rep")
-    first = env.cli("ingest", rep, "-o", env.path("first"), "--allow-no-kernels")
-    stamp = rep.with_name(rep.name + ".traceql") / "export.json"
-    export = stamp.parent / json.loads(stamp.read_text())["export"]
-    if export.is_dir():  # a Parquet export: another trace's Parquet export in its place
-        shutil.rmtree(export)
-        shutil.copytree(env.inputs["parquetdir"], export)
-    else:
-        shutil.copy(env.inputs["contention"], export)
-    out = env.path("out")
-    run = env.cli("ingest", rep, "-o", out, "--allow-no-kernels", named=[export], watch=[out], grow=[out])
-    (entry,) = json.loads(_manifest(out).read_text())["runs"].values() if _manifest(out).exists() else [{}]
-    if first.rc or entry.get("tables", {}).get("kernels") != 0:  # the report has no kernels; the other trace has
-        run.err += f"\ntraceql: the run of {rep} holds {entry.get('tables')}"
-        run.rc = 99
-    return run
-
-
 @case("ingest", "random bytes named .ncu-rep", words="Nsight Compute")
 def _ncu_random(env):
     return ingest(env, written(env, "random.ncu-rep", RANDOM))
