@@ -326,7 +326,7 @@ def diff(
     from .diff import diff as do_diff
     from .diff_model import OUT_FILES
     from .gates import check, parse
-    from .output import refuse_overwrite
+    from .output import check_folder, check_target, refuse_overwrite
     from .render_diff import FORMATS, render_diff
 
     if fmt not in FORMATS:
@@ -334,6 +334,10 @@ def diff(
     gates = [parse(g, GATE_COLUMNS) for g in gate]  # a bad gate fails before the analysis
     refuse_overwrite([*(out_dir / n for n in OUT_FILES if out_dir is not None), html],
                      [input_path(a), input_path(b)])
+    if out_dir is not None:  # before the work, not after it
+        check_folder(out_dir)
+    if html is not None:
+        check_target(html)
     if html is not None:
         from .report.diff import load_diff_recipe
 
@@ -403,7 +407,7 @@ def paper_cmd(
     """The overlap characterization of Lee et al. (ISPASS 2025): compute slowdown overlapped against compute only
     and against sequential, sequential over overlapped, communication slowdown, overlap efficiency, energy and
     power per mode, all with 95% intervals; and the cause of each configuration's slowdown."""
-    from .output import refuse_overwrite
+    from .output import check_target, refuse_overwrite
     from .paper import TABLES
     from .paper import paper as do_paper
     from .paper.text import render
@@ -413,6 +417,8 @@ def paper_cmd(
     if table is not None and table not in TABLES:
         raise TraceqlErrorUsage(f"--table {table!r}: choose {', '.join(TABLES)}")
     refuse_overwrite([output], inputs)
+    if output is not None:  # before the work, not after it
+        check_target(output)
     result = stopping.run(lambda: do_paper(inputs, on_error=on_error), "nothing was written")
     text = render(result, fmt, table)
     if output is None:

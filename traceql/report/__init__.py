@@ -114,8 +114,32 @@ def report(inputs: Sequence[str | Path] | str | Path, out: str | Path | None = N
     return result
 
 
-def _run_table(dirs: list[Path]) -> pa.Table:
-    con = store.connect(dirs, views=False)
+def _run_table(dirs: list[Path], on_error: str = "raise") -> tuple[pa.Table, list[dict]]:
+    """The runs of ``dirs``, and those skipped: with ``on_error`` skip, a run whose files cannot be read (damaged,
+    missing, of another version) is left out with the reason, where it would stop the whole report."""
+    try:
+        return _runs_of(dirs), []
+    except TraceqlError:
+        if on_error == "raise":
+            raise
+    readable, skipped = set(), []
+    for d in dirs:
+        for run_id, entry in sorted(store.read_manifest(d)["runs"].items()):
+            try:
+                store.connect([d], views=False, run_ids={run_id}).close()  # opening a run checks its files
+                readable.add(run_id)
+            except TraceqlError as exc:
+                skipped.append({"run_id": run_id, "run": (entry.get("labels") or {}).get("name") or run_id,
+                                "source_path": entry.get("source_path"),
+                                "reason": str(exc).splitlines()[0] if str(exc) else type(exc).__name__})
+    if not readable:
+        raise BadInputError(f"{', '.join(map(str, dirs))}: no run can be read: " +
+                            "; ".join(f"run {s['run_id']}: {s['reason']}" for s in skipped))
+    return _runs_of(dirs, readable), skipped
+
+
+def _runs_of(dirs: list[Path], run_ids: set[str] | None = None) -> pa.Table:
+    con = store.connect(dirs, views=False, run_ids=run_ids)
     try:
         return con.sql("""
             SELECT r.run_id, coalesce(json_extract_string(r.labels_json, '$.name'), r.run_id) AS run, r.source_path,
@@ -128,7 +152,10 @@ def _run_table(dirs: list[Path]) -> pa.Table:
 
 def _build(rec: Recipe, dirs: list[Path], on_error: str, progress: Progress | None,
            executor: Executor | None = None, batch_kernels: int = BATCH_KERNELS) -> Report:
-    runs = _run_table(dirs)
+    runs, skipped = _run_table(dirs, on_error)
+    for n, s in enumerate(skipped, 1):
+        if progress:
+            progress(n, len(skipped), s["run"], s["reason"])
     ncu_runs = [r["run_id"] for r in runs.to_pylist() if r["format"] == NCU_FORMAT]
     traced = [r for r in runs.to_pylist() if r["format"] != NCU_FORMAT]
     if not traced:
@@ -136,7 +163,6 @@ def _build(rec: Recipe, dirs: list[Path], on_error: str, progress: Progress | No
                             f"{len(ncu_runs)} Nsight Compute run(s))")
     collected: list[dict[str, list[pa.Table]]] = [{q.name: [] for q in s.queries} for s in rec.sections]
     per_run: list[list[tuple[str, dict[str, pa.Table]]]] = [[] for _ in rec.sections]
-    skipped = []
     # map: batches of runs on the executor, outcomes per run as each batch completes; then reduce in the runs' order
     outcomes: dict[int, list[dict[str, pa.Table]] | TraceqlError] = {}
     batches = _batches(traced, batch_kernels)
