@@ -2281,6 +2281,20 @@ def _ovl_keep_inside_export(env):
     return env.cli("overlap", e, "--keep", keep, named=[keep, f"input {e}"], watch=[env.tmp])
 
 
+@case("paper", "-o names a folder: refused before the work", words=("is a folder", "give a file name"))
+def _paper_out_folder(env):
+    d = env.path("results")
+    d.mkdir()
+    return env.cli("paper", SUITE, "-o", d, named=[d], watch=[env.tmp])
+
+
+@case("diff", "-o below a regular file: refused before the work", words=("not a folder", "give a folder"))
+def _diff_out_under_file(env):
+    f = written(env, "notes", b"x")
+    s = env.inputs["synthetic"]
+    return env.cli("diff", s, s, "-o", f / "diff", named=[f], watch=[env.tmp])
+
+
 class _PipeReader:
     """A named pipe at ``path`` and a thread that reads whatever is written to it, until :meth:`close`."""
 
