@@ -1722,6 +1722,24 @@ def _rep_skip_all(env):
     return run
 
 
+@case("report", "a damaged run (a table file of random bytes) among good ones, with --on-error skip: the others are "
+      "reported, the damaged one named as skipped, exit 2", words=("skipped run", "not a readable Parquet file"))
+def _rep_skip_damaged(env):
+    s = env.path("two")
+    alone = [dict(start_ns=i * 10_000, end_ns=i * 10_000 + 1000, name="gemm", ctas=8, correlation_id=i + 1)
+             for i in range(4)]
+    for run_id in ("5e7e7e7e00000001", "5e7e7e7e00000002"):
+        make_store(s, kernels=alone, runtime_api=launches(alone), run_id=run_id)
+    damaged = run_dir(s, "5e7e7e7e00000002") / "kernels.parquet"
+    damaged.write_bytes(RANDOM[:4096])
+    out = env.path("report.html")
+    run = env.cli("report", s, "-o", out, "--on-error", "skip", named=[damaged], watch=[s])
+    if not out.is_file() or "5e7e7e7e00000001" not in out.read_text():
+        run.err += "\ntraceql: expected a page over the good run"
+        run.rc = 99
+    return run
+
+
 @case("report", "a run store whose manifest is not JSON", words=("manifest", "re-ingest"))
 def _rep_manifest_garbage(env):
     s = _store_copy(env, "synthetic")
