@@ -2313,6 +2313,57 @@ def _diff_out_under_file(env):
     return env.cli("diff", s, s, "-o", f / "diff", named=[f], watch=[env.tmp])
 
 
+@case("paper", "-o on a read-only file system (/sys): refused before the work", words="cannot write here")
+def _paper_out_read_only(env):
+    return env.cli("paper", SUITE, "-o", "/sys/traceql-paper.txt", named="/sys", watch=[env.tmp])
+
+
+@case("diff", "-o on a read-only file system (/sys): refused before the work", words="cannot write here")
+def _diff_out_read_only(env):
+    s = env.inputs["synthetic"]
+    return env.cli("diff", s, s, "-o", "/sys/traceql-diff", named="/sys", watch=[env.tmp])
+
+
+def _fake_nsys(env) -> Path:
+    """An nsys that 'exports' any report as the bundled SQLite export of cpu_nvtx (what nsys 2022.4 makes of
+    cpu_nvtx.nsys-rep): the export cache's logic, on any machine, with or without Nsight Systems."""
+    nsys = env.path("bin") / "nsys"
+    nsys.parent.mkdir()
+    nsys.write_text(f"""#!/bin/sh
+if [ "$1" = --version ]; then echo "NVIDIA Nsight Systems version 2022.4.2.1-df9881f"; exit 0; fi
+while [ "$#" -gt 1 ]; do [ "$1" = -o ] && out="$2"; shift; done
+cp "{env.inputs['cpu_nvtx']}" "$out"
+""")
+    nsys.chmod(0o755)
+    return nsys
+
+
+def _ingest_with_stamp(env, spoil) -> Run:
+    """cpu_nvtx.nsys-rep ingested once (its export cached), its cache stamp spoiled by ``spoil``, then ingested again
+    into a fresh store: the export is made again and the run ingested."""
+    rep = copy(env, "cpu_rep")
+    nsys = {"TRACEQL_NSYS": str(_fake_nsys(env))}
+    first = env.cli("ingest", rep, "-o", env.path("first"), "--allow-no-kernels", env=nsys)
+    if first.rc != 0:
+        return first
+    spoil(rep.with_name(rep.name + ".traceql") / "export.json")
+    out = env.path("out")
+    return env.cli("ingest", rep, "-o", out, "--allow-no-kernels", env=nsys, watch=out, grow=out)
+
+
+@case("ingest", "an .nsys-rep whose cached export's stamp is not JSON: exported again", expect=0)
+def _rep_stamp_not_json(env):
+    return _ingest_with_stamp(env, lambda stamp: stamp.write_text("{not json"))
+
+
+@case("ingest", "an .nsys-rep whose cached export's stamp is a folder: exported again", expect=0)
+def _rep_stamp_folder(env):
+    def spoil(stamp: Path) -> None:
+        stamp.unlink()
+        stamp.mkdir()
+    return _ingest_with_stamp(env, spoil)
+
+
 class _PipeReader:
     """A named pipe at ``path`` and a thread that reads whatever is written to it, until :meth:`close`."""
 
