@@ -605,16 +605,20 @@ KERNEL_KEYS = {"run_id", "device_id", "nvtx", "group_id", "activity", "kind", "b
 
 VERDICT_KEYS = {"run_id", "device_id", "compute_ms", "comm_ms", "hidden_comm_ms", "exposed_comm_ms", "compute_lost_ms",
                 "compute_lost_lo_ms", "compute_lost_hi_ms", "compute_lost_beside_comm_ms", "lost_by_cause_ms",
-                "saved_ms", "instances_left_out", "text"}
+                "saved_ms", "instances_left_out", "text", "coverage_compute", "coverage_comm", "wait_ms",
+                "late_run_id", "late_device_id"}
 
 
 def test_json_contract(result_a):
     doc = result_a.to_json()
     json.dumps(doc)  # plain JSON types only
-    assert set(doc) == {"schema_version", "runs", "summary", "kernels", "notes", "verdicts"}
+    assert set(doc) == {"schema_version", "runs", "summary", "kernels", "notes", "verdicts", "waits"}
     assert [v["device_id"] for v in doc["verdicts"]] == [0] and "saved" in doc["verdicts"][0]["text"]
-    assert doc["schema_version"] == 3
+    assert doc["schema_version"] == 4
     [v] = doc["verdicts"]
+    # the one overlapped compute row got a cause (sm): all of the overlapped compute time is answered; one device
+    # runs no collective another device could be late for
+    assert v["coverage_compute"] == 1.0 and v["wait_ms"] is None and doc["waits"] == []
     assert set(v) == VERDICT_KEYS and set(v["lost_by_cause_ms"]) == {*FACTORS, "unexplained"}
     # gemm_A, the only compute row: 2 x 1000 ns of baseline x 0.5 = 0.001 ms lost, all of it beside communication
     # (comm_fraction 1) and all to SMs (class sm); hidden communication 3000 ns; saved 0.003 - 0.001
@@ -656,10 +660,11 @@ def test_focus_comm(tmp_path):
 PID_A, PID_B = 1 << 24, 2 << 24
 
 
-def test_group_by_nvtx_follows_the_launching_thread(tmp_path):
-    """Kernels join the innermost matching range of the thread that launched them, found through
-    runtime_api (global_pid, correlation_id) -> global_tid; another process's API call with the same
-    correlation id, and its ranges, must not capture the kernel."""
+def test_group_by_nvtx_follows_the_launching_process(tmp_path):
+    """Kernels join the innermost matching range open at their launch on any thread of the process that launched
+    them (found through runtime_api (global_pid, correlation_id)), or with --nvtx-scope thread on the launching
+    thread only; another process's API call with the same correlation id, and its ranges, must not capture the
+    kernel, and a library's NVTX domain (NCCL) never makes a group unless the user names it."""
     a1, a2, b1 = PID_A + 11, PID_A + 12, PID_B + 21
     kernels = [
         dict(name="k_inner", global_pid=PID_A, correlation_id=5, start_ns=1000, end_ns=2000),
@@ -679,12 +684,20 @@ def test_group_by_nvtx_follows_the_launching_thread(tmp_path):
         dict(global_pid=PID_A, global_tid=a1, text="step 3", start_ns=800, end_ns=1000, depth=2),  # no match
         dict(global_pid=PID_A, global_tid=a2, text="case:other_thread", start_ns=850, end_ns=1200),
         dict(global_pid=PID_B, global_tid=b1, text="case:wrong_process", start_ns=880, end_ns=3000),
+        dict(global_pid=PID_A, global_tid=a1, text="case:library", start_ns=890, end_ns=950, domain="NCCL"),
     ]
     devices = [dict(device_id=0, sm_count=S), dict(device_id=1, sm_count=S)]
     root = make_store(tmp_path / "s", kernels=kernels, runtime_api=runtime_api, nvtx=nvtx, devices=devices)
-    groups = {r["name"]: r["nvtx"] for r in attribute(root, group_by_nvtx="case:*").to_json()["kernels"]}
-    assert groups == {"k_inner": "case:inner;x=1", "k_outer": "case:outer", "k_free": None,
-                      "k_other_process": "case:wrong_process"}
+    def groups(**kw) -> dict:
+        return {r["name"]: r["nvtx"] for r in attribute(root, group_by_nvtx="case:*", **kw).to_json()["kernels"]}
+
+    # k_inner's launch (900) is inside case:other_thread, opened at 850 on another thread of its process: the latest
+    # to start of the ranges open in the process then
+    assert groups() == {"k_inner": "case:other_thread", "k_outer": "case:outer", "k_free": None,
+                        "k_other_process": "case:wrong_process"}
+    assert groups(nvtx_scope="thread") == {"k_inner": "case:inner;x=1", "k_outer": "case:outer", "k_free": None,
+                                           "k_other_process": "case:wrong_process"}
+    assert groups(nvtx_domains=["NCCL"])["k_inner"] == "case:library"
     # without grouping there is no nvtx column content
     assert {r["nvtx"] for r in attribute(root).to_json()["kernels"]} == {None}
     # the glob selects the ranges: "step*" finds only the innermost range around k_inner's launch
@@ -723,7 +736,7 @@ def test_cli_json(store_a):
     rc, out, err = run_cli("attribute", store_a, "--format", "json")
     assert rc == 0, err
     doc = json.loads(out)
-    assert doc["schema_version"] == 3 and doc["kernels"][0]["name"] == "gemm_A"
+    assert doc["schema_version"] == 4 and doc["kernels"][0]["name"] == "gemm_A"
     # SM predicts 0.25 -/+ 0.1739 of the observed 0.5: the one present factor misses its band and is still named
     assert doc["kernels"][0]["class"] == "sm" and doc["kernels"][0]["agreement"] == "under"
 

@@ -35,7 +35,7 @@ TABLES = {
     "_instance_metrics": ("activity_id", "samples", "sm_active_pct", "dram_pct", "gpc_clock_mhz", "nvlink_pct",
                           "pcie_pct"),
     "_corunner_dram": ("activity_id", "own_dram_pct", "co_dram_pct", "co_working_set_bytes"),
-    "_activity_occurrence": ("activity_id", "global_tid", "step_start_ns", "step_text", "occurrence"),
+    "_activity_occurrence": ("activity_id", "scope_id", "step_start_ns", "step_text", "occurrence"),
     "_activity_dram": ("activity_id", "start_ns", "end_ns", "dram_pct", "working_set_bytes"),
     # every column the one pass per device gives (the views above are projections of it)
     "_instance_sweeps": ("activity_id", *SWEPT.names),
@@ -268,44 +268,53 @@ def test_innermost_matches_brute_force(ranges, times):
 
 @settings(max_examples=25, deadline=None)
 @given(st.lists(st.tuples(st.integers(1, 2), st.integers(0, 60), st.integers(0, 40),
-                          st.sampled_from(["step", "fwd", "bwd", None]), st.sampled_from(["push_pop", "start_end"])),
+                          st.sampled_from(["step", "fwd", "bwd", None]), st.sampled_from(["push_pop", "start_end"]),
+                          st.sampled_from([None, None, "NCCL", "mine"])),
                 max_size=12),
        st.lists(st.tuples(st.integers(1, 2), st.integers(0, 110), st.sampled_from(["gemm", "norm"])),
                 min_size=1, max_size=14))
-@example(ranges=[(1, 0, 40, "step", "push_pop"), (1, 10, 20, None, "push_pop")], launched=[(1, 20, "gemm")])
-@example(ranges=[(1, 0, 0, None, "push_pop")], launched=[(1, 0, "gemm")])
-@example(ranges=[(1, 0, 200, "step", "push_pop")], launched=[(1, 5, "gemm"), (1, 5, "gemm"), (1, 5, "gemm")])
-@example(ranges=[(1, 0, 10, "step", "push_pop")],
-         launched=[(1, 5, "gemm"), (1, 6, "gemm"), (1, 7, "gemm"), (1, 10, "gemm")])
+@example(ranges=[(1, 0, 40, "step", "push_pop", None), (1, 10, 20, None, "push_pop", None)],
+         launched=[(1, 20, "gemm")])
+@example(ranges=[(1, 0, 0, None, "push_pop", None)], launched=[(1, 0, "gemm")])
+@example(ranges=[(1, 0, 200, "step", "push_pop", None)], launched=[(1, 5, "gemm"), (1, 5, "gemm"), (1, 5, "gemm")])
+@example(ranges=[(1, 0, 10, "step", "push_pop", None)],
+         launched=[(1, 5, "gemm"), (1, 6, "gemm"), (1, 7, "gemm"), (2, 10, "gemm")])
+@example(ranges=[(1, 0, 50, "step", "push_pop", None), (2, 10, 5, "bwd", "push_pop", "NCCL")],
+         launched=[(2, 12, "gemm")])
 @pytest.mark.parametrize("window", [None, 2])
-def test_occurrence_engine_equals_reference_sql(tmp_path_factory, window, ranges, launched):
-    """The launch context of every activity (innermost NVTX range of its thread, its text, the occurrence of its
-    signature in that range instance), from the engine and from the reference SQL of _activity_occurrence, on two
-    threads with ranges that nest, cross, share starts and have no text; also with each thread's launches read in
-    windows of 2 (the occurrences counted so far carried from one window to the next, ties in launch time included)."""
+@pytest.mark.parametrize("scope", ["process", "thread"])
+def test_occurrence_engine_equals_reference_sql(tmp_path_factory, scope, window, ranges, launched):
+    """The launch context of every activity (innermost of the user's NVTX ranges in its process or on its thread, its
+    text, the occurrence of its signature in that range instance), from the engine and from the reference SQL of
+    _activity_occurrence, on two threads of one process with ranges that nest, cross, share starts, have no text or
+    are in a library's domain (NCCL: never a context) or a domain the user names (mine); also with each scope's
+    launches read in windows of 2 (the occurrences counted so far carried from one window to the next, ties in launch
+    time included)."""
     from unittest import mock
 
     from synthetic import make_store
 
-    from traceql import engine
+    from traceql import engine, launch
 
     root = tmp_path_factory.mktemp("occ")
     kernels = [dict(start_ns=1000 + 10 * i, end_ns=1005 + 10 * i, name=name, correlation_id=100 + i)
                for i, (_tid, _t, name) in enumerate(launched)]
     api = [dict(global_pid=1, global_tid=tid, correlation_id=100 + i, start_ns=t, end_ns=t + 1)
            for i, (tid, t, _name) in enumerate(launched)]
-    nvtx = [dict(global_pid=1, global_tid=tid, start_ns=s, end_ns=s + d, text=text, event_type=kind)
-            for tid, s, d, text, kind in ranges]
+    nvtx = [dict(global_pid=1, global_tid=tid, start_ns=s, end_ns=s + d, text=text, event_type=kind, domain=domain)
+            for tid, s, d, text, kind, domain in ranges]
     make_store(root, kernels=kernels, runtime_api=api, nvtx=nvtx)
     got = {}
     for mode in ("engine", "sql"):
         con = traceql.connect(root)
+        launch.set_rule(con, scope, ["mine"])
         analysis.group_by_nvtx(con, "[sb]*")  # the innermost range whose text matches, as --group-by-nvtx asks
         with mock.patch.object(engine, "WINDOW_ROWS", window or engine.WINDOW_ROWS):
             analysis.prepare(con, sweeps=mode)
-        got[mode] = (con.sql("SELECT activity_id, global_tid, step_start_ns, step_text, occurrence "
+        got[mode] = (con.sql("SELECT activity_id, scope_id, step_start_ns, step_text, occurrence "
                              "FROM _activity_occurrence ORDER BY ALL").fetchall(),
-                     con.sql("SELECT activity_id, nvtx FROM _activity_groups ORDER BY ALL").fetchall())
+                     con.sql("SELECT activity_id, nvtx, nvtx_start_ns, nvtx_end_ns FROM _activity_groups "
+                             "ORDER BY ALL").fetchall())
         con.close()
     assert got["engine"] == got["sql"]
 

@@ -14,7 +14,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "traceql"
 
 # every module of the package is in exactly one layer; a module imports only modules of its layer or below
 LAYERS: list[tuple[str, ...]] = [
-    ("version", "errors", "output", "stats", "classify", "queries_loader", "executor", "gates", "verdict", "duck"),
+    ("version", "errors", "output", "stats", "classify", "queries_loader", "executor", "gates", "verdict", "duck",
+     "stopping", "plain", "launch"),
     ("sources",),
     ("store",),
     ("engine", "ingest"),

@@ -27,7 +27,7 @@ UPSTREAM = ("devices", "_kernel_sigs", "_ncu_demand", "_activity_rows", "_signat
 SQL_STAGES = {"_instance_sweeps": ("_activity_steps", "_instance_overlap", "_device_unions", "_metric_samples",
                                    "_instance_metrics", "_activity_dram", "_corunner_dram", "_instance_sweeps")}
 DOWNSTREAM = ("_device_calibration", "kernel_signatures", "instance_predictions", "_group_predictions",
-              "kernel_attribution", "device_summary")
+              "kernel_attribution", "device_summary", "collective_waits", "rank_waits")
 # kept only under a memory cap: _group_predictions is the one view that reads instance_predictions (a row per
 # overlapped instance) in prepare, and computes it inline there (when kernel_attribution read it, inline took 10.4 s
 # against 11.8 s for the views after the baselines at 10 M kernels; not measured again since)
@@ -39,27 +39,34 @@ NEEDS_PREPARE = ("_instance_baselines", "_signature_stats", "_prediction_inputs"
 
 NVTX_GROUPS_SQL = """
 CREATE OR REPLACE VIEW _activity_groups AS
-WITH launches AS (
+WITH rule AS (
+    SELECT scope, domains FROM _launch_rule
+), launches AS (
     -- the launch record's run_id, so that the ranges are matched within the run whatever the join order
-    SELECT r.run_id, a.activity_id, r.global_tid, r.start_ns AS t
+    SELECT r.run_id, a.activity_id,
+           CASE WHEN rule.scope = 'thread' THEN r.global_tid ELSE r.global_pid END AS scope_id, r.start_ns AS t
     FROM _activity_rows a JOIN runtime_api r
-      ON r.run_id = a.run_id AND r.global_pid = a.global_pid AND r.correlation_id = a.correlation_id
+      ON r.run_id = a.run_id AND r.global_pid = a.global_pid AND r.correlation_id = a.correlation_id, rule
 ), ranges AS (
-    SELECT n.run_id, n.global_tid, n.start_ns, n.end_ns, n.text
-    FROM nvtx n, _nvtx_glob g
+    SELECT n.run_id, CASE WHEN rule.scope = 'thread' THEN n.global_tid ELSE n.global_pid END AS scope_id,
+           n.start_ns, n.end_ns, n.text
+    FROM nvtx n, _nvtx_glob g, rule
     WHERE n.event_type IN ('push_pop', 'start_end') AND n.text GLOB g.pattern
+      AND (n.domain IS NULL OR list_contains(rule.domains, n.domain))
 )
--- the innermost matching range of the launching thread: the latest-starting one around the launch
--- (ties broken by text, so the answer does not depend on the join order)
-SELECT l.run_id, l.activity_id, arg_max(r.text, (r.start_ns, r.text)) AS nvtx
+-- the innermost matching range of the user's around the launch (traceql.launch): the latest-starting one (ties
+-- broken by text, then by end, so the answer does not depend on the join order)
+SELECT l.run_id, l.activity_id, arg_max(r.text, (r.start_ns, r.text, r.end_ns)) AS nvtx,
+       max(r.start_ns) AS nvtx_start_ns, arg_max(r.end_ns, (r.start_ns, r.text, r.end_ns)) AS nvtx_end_ns
 FROM launches l JOIN ranges r
-  ON r.run_id = l.run_id AND r.global_tid = l.global_tid AND r.start_ns <= l.t AND l.t <= r.end_ns
-GROUP BY ALL
+  ON r.run_id = l.run_id AND r.scope_id = l.scope_id AND r.start_ns <= l.t AND l.t <= r.end_ns
+GROUP BY l.run_id, l.activity_id
 """
 
 
 def group_by_nvtx(con: duckdb.DuckDBPyConnection, pattern: str) -> None:
-    """Give each activity the innermost NVTX range matching ``pattern`` (a glob) of its launching thread."""
+    """Give each activity the innermost of the user's NVTX ranges around its launch (``traceql.launch``) that
+    matches ``pattern`` (a glob)."""
     con.execute("CREATE OR REPLACE TEMP TABLE _nvtx_glob AS SELECT $1::VARCHAR AS pattern", [pattern])
     con.execute(NVTX_GROUPS_SQL)
 

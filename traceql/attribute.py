@@ -24,13 +24,14 @@ from pathlib import Path
 
 import duckdb
 
-from . import analysis, store
+from . import analysis, launch, store
 from .attribution import (  # noqa: F401  (FACTORS, KERNEL_COLUMNS, as_store, input_paths: this module's API too)
     FACTORS,
     KERNEL_COLUMNS,
     KERNEL_ORDER,
     RUN_COLUMNS,
     SUMMARY_ORDER,
+    WAITS_ORDER,
     Attribution,
     as_store,
     baseline_run,
@@ -54,7 +55,8 @@ def attribute(inputs: list[str | Path] | str | Path, *, baseline: str | Path | N
               ncu: Sequence[str | Path] | str | Path | None = None,
               group_by_nvtx: str | None = None, focus: str = "any", workdir: str | Path | None = None,
               con: duckdb.DuckDBPyConnection | None = None, executor: str | Executor | None = None,
-              progress: Callable[[int, int, str], None] | None = None) -> Attribution:
+              progress: Callable[[int, int, str], None] | None = None, nvtx_scope: str = "process",
+              nvtx_domains: Sequence[str] = ()) -> Attribution:
     """Attribute the slowdown of every GPU activity (kernels of any kind, copies, sets) beside other GPU work.
 
     ``inputs``: run directories, nsys exports or reports (raw inputs are ingested first, into
@@ -63,8 +65,10 @@ def attribute(inputs: list[str | Path] | str | Path, *, baseline: str | Path | N
     Nsight Compute runs, whose isolated-kernel counters the models use where a profile matches a
     signature; each must match some kernel of the inputs. Nsight Compute runs that the input run
     directories hold already are used without it.
-    ``group_by_nvtx``: a glob; each kernel joins the innermost matching NVTX range of its launching
-    thread. ``focus``: ``any`` co-runner (default) or only kernels overlapped by ``comm``.
+    ``group_by_nvtx``: a glob; each kernel joins the innermost matching NVTX range around its launch, by the launch
+    rule of :mod:`traceql.launch`: ranges open on any thread of the launching process (``nvtx_scope="thread"``: on
+    the launching thread only), of the default NVTX domain and of ``nvtx_domains``.
+    ``focus``: ``any`` co-runner (default) or only kernels overlapped by ``comm``.
     ``executor``: where each run is computed (``local``, ``local:N``, ``dask://HOST:PORT``; see
     :mod:`traceql.executor`); on Dask the run directories (``--ncu`` and ``--baseline`` ones too) must be paths every
     worker sees, so raw traces and reports need a shared ``workdir``. ``progress(done, total, run_id)`` is called as
@@ -79,6 +83,7 @@ def attribute(inputs: list[str | Path] | str | Path, *, baseline: str | Path | N
         raise UsageError(f"--baseline {baseline} is also an input: give the baseline run only once")
     if baseline is not None and not Path(baseline).exists():  # before the work, not after it
         raise MissingInputError(f"--baseline {baseline}: no such file or run directory")
+    rule = launch.Rule(nvtx_scope, tuple(nvtx_domains))
     ncu_items = [Path(p) for p in ([ncu] if isinstance(ncu, str | Path) else ncu or [])]
     ex = parse_executor(executor)
     if ex.distributed:
@@ -99,7 +104,7 @@ def attribute(inputs: list[str | Path] | str | Path, *, baseline: str | Path | N
             from .attribute_map import attribute_per_run
 
             return attribute_per_run(inputs, Path(baseline) if baseline is not None else None, ncu_items,
-                                     group_by_nvtx, focus, Path(workdir), ex, progress)
+                                     group_by_nvtx, focus, Path(workdir), ex, progress, rule)
         dirs = as_store(inputs, Path(workdir) / "runs", ex)
         counted = [e.get("tables", {}).get("kernels") for d in dirs for e in store.read_manifest(d)["runs"].values()]
         if counted and all(n == 0 for n in counted):  # known from the manifests: no need to open a connection
@@ -113,6 +118,7 @@ def attribute(inputs: list[str | Path] | str | Path, *, baseline: str | Path | N
                                 "`nsys profile -t cuda` (or `traceql collect`)")
         check_ncu(con, ncu_runs)
         notes += ncu_notes(con)
+        rule.apply(con)
         if group_by_nvtx:
             analysis.group_by_nvtx(con, group_by_nvtx)
         external = _external(con, Path(baseline) if baseline is not None else None, Path(workdir) / "baseline")
@@ -127,7 +133,8 @@ def attribute(inputs: list[str | Path] | str | Path, *, baseline: str | Path | N
             .to_arrow_table()
         summary = con.sql(f"SELECT * FROM device_summary ORDER BY {SUMMARY_ORDER}").to_arrow_table()
         runs = con.sql(f"SELECT {RUN_COLUMNS} FROM runs ORDER BY run_id").to_arrow_table()
-        return Attribution(runs, summary, kernels, notes, verdicts(summary, kernels))
+        waits = con.sql(f"SELECT * FROM rank_waits ORDER BY {WAITS_ORDER}").to_arrow_table()
+        return Attribution(runs, summary, kernels, notes, verdicts(summary, kernels, waits), waits)
     finally:
         if tmp is not None:
             tmp.cleanup()

@@ -16,12 +16,13 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from . import analysis, duck, store
+from . import analysis, duck, launch, store
 from .attribution import (
     KERNEL_COLUMNS,
     KERNEL_ORDER,
     RUN_COLUMNS,
     SUMMARY_ORDER,
+    WAITS_ORDER,
     Attribution,
     as_store,
     baseline_run,
@@ -56,10 +57,11 @@ class RunPart:
     unattributed: list[tuple[str, int, int, float]] = field(default_factory=list)
     ncu_facts: tuple | None = None
     ncu_matched: list[str] = field(default_factory=list)  # Nsight Compute runs some signature of this run matched
+    waits: pa.Table | None = None  # rank_waits of this run (its devices share its clock)
 
 
 def attribute_run(dirs: Sequence[Path], run_id: str, shared: Sequence[str], external: External | None,
-                  group_by_nvtx: str | None, focus: str) -> RunPart:
+                  group_by_nvtx: str | None, focus: str, rule: launch.Rule = launch.DEFAULT) -> RunPart:
     """The attribution of run ``run_id`` (of the run directories ``dirs``), beside the Nsight Compute runs
     ``shared``; ``external``: a baseline run's durations (else Nsight Compute's, when they match)."""
     # one thread: a unit is one core's work (the executor runs units side by side), and DuckDB's parallel aggregates
@@ -77,6 +79,7 @@ def attribute_run(dirs: Sequence[Path], run_id: str, shared: Sequence[str], exte
         facts = ncu_facts(con)
         matched = [r[0] for r in con.sql("SELECT DISTINCT unnest(ncu_run_ids) FROM ncu_match "
                                          "WHERE match <> 'unmatched' ORDER BY 1").fetchall()] if facts else []
+        rule.apply(con)
         if group_by_nvtx:
             analysis.group_by_nvtx(con, group_by_nvtx)
         analysis.prepare(con, external if external is not None else ncu_external(con))
@@ -85,15 +88,17 @@ def attribute_run(dirs: Sequence[Path], run_id: str, shared: Sequence[str], exte
                           f"ORDER BY {KERNEL_ORDER}").to_arrow_table()
         summary = con.sql(f"SELECT * FROM device_summary ORDER BY {SUMMARY_ORDER}").to_arrow_table()
         groups = con.sql("SELECT count(*) FROM _signature_stats").fetchall()[0][0]
+        waits = con.sql(f"SELECT * FROM rank_waits ORDER BY {WAITS_ORDER}").to_arrow_table()
         return RunPart(run_id, runs, kernels, summary, groups, has_comm, gpus, unattributed(con), facts,
-                       matched)
+                       matched, waits)
     finally:
         con.close()
 
 
 def attribute_per_run(inputs: list[Path], baseline: Path | None, ncu_items: list[Path], group_by_nvtx: str | None,
                       focus: str, workdir: Path, executor: Executor,
-                      progress: Callable[[int, int, str], None] | None = None) -> Attribution:
+                      progress: Callable[[int, int, str], None] | None = None,
+                      rule: launch.Rule = launch.DEFAULT) -> Attribution:
     dirs = as_store(inputs, workdir / "runs", executor)
     ncu_dirs, ncu_runs = _ncu_sources(ncu_items, workdir, executor)
     units: dict[str, Path] = {}  # traced run -> the run directory that holds it (the first, as store.connect reads)
@@ -109,7 +114,7 @@ def attribute_per_run(inputs: list[Path], baseline: Path | None, ncu_items: list
     if baseline is not None:
         external, base_gpus = baseline_run(baseline, workdir / "baseline", executor)
     order = sorted(units)
-    calls = [(all_dirs, rid, sorted(shared), external, group_by_nvtx, focus) for rid in order]
+    calls = [(all_dirs, rid, sorted(shared), external, group_by_nvtx, focus, rule) for rid in order]
     parts: list[RunPart] = []
     for i, part in run_units(executor, attribute_run, calls, [f"run {rid} in {units[rid]}" for rid in order]):
         if isinstance(part, TraceqlError):
@@ -143,9 +148,11 @@ def reduce_parts(parts: list[RunPart], inputs: Sequence[Path], baseline: Path | 
         con.register("_kernels", pa.concat_tables(kernels))
         con.register("_summary", pa.concat_tables([p.summary for p in traced]))
         con.register("_runs", pa.concat_tables([p.runs for p in parts]))
+        con.register("_waits", pa.concat_tables([p.waits for p in traced]))
         kernel_table = con.sql(f"SELECT * FROM _kernels ORDER BY {KERNEL_ORDER}").to_arrow_table()
         summary = con.sql(f"SELECT * FROM _summary ORDER BY {SUMMARY_ORDER}").to_arrow_table()
         runs = con.sql("SELECT DISTINCT ON (run_id) * FROM _runs ORDER BY run_id").to_arrow_table()
+        waits = con.sql(f"SELECT * FROM _waits ORDER BY {WAITS_ORDER}").to_arrow_table()
     finally:
         con.close()
     notes = ncu_notes_text(_summed_ncu_facts([p.ncu_facts for p in traced]))
@@ -157,7 +164,7 @@ def reduce_parts(parts: list[RunPart], inputs: Sequence[Path], baseline: Path | 
             total = unattributed.setdefault(reason, [0, 0, 0.0])
             total[0] += groups; total[1] += inst; total[2] += ms
     notes += [unattributed_note(reason, *unattributed[reason]) for reason in sorted(unattributed)]
-    return Attribution(runs, summary, kernel_table, notes, verdicts(summary, kernel_table))
+    return Attribution(runs, summary, kernel_table, notes, verdicts(summary, kernel_table, waits), waits)
 
 
 def _summed_ncu_facts(facts: list[tuple | None]) -> tuple | None:

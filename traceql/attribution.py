@@ -22,7 +22,9 @@ from .errors import BadInputError, MissingInputError, TraceqlError, UsageError
 from .executor import Executor
 
 # 2: every activity is a row (activity, kind), slowdowns carry intervals, significance is the interval's
-JSON_SCHEMA_VERSION = 3
+# 3: predictions with calibrated bands, memory_explanation, compute_lost_beside_comm_ms
+# 4: waits (time collectives waited for a late rank), verdicts' coverage shares and waits
+JSON_SCHEMA_VERSION = 4
 FACTORS = ("sm", "dram_bw", "cache", "clock", "link")
 # the files Attribution.write puts in its folder, in the order they are uploaded (attribution.json last)
 OUT_FILES = ("kernels.parquet", "summary.parquet", "attribution.json")
@@ -36,6 +38,7 @@ class Attribution:
     kernels: pa.Table
     notes: list[str] = field(default_factory=list)
     verdicts: list[dict] = field(default_factory=list)
+    waits: pa.Table | None = None  # rank_waits: per (run, device, NVTX group), the time collectives waited
 
     def to_json(self) -> dict:
         rows = []
@@ -54,6 +57,7 @@ class Attribution:
             "notes": self.notes,
             "verdicts": [{k: ({c: _num(x) for c, x in v.items()} if isinstance(v, dict) else _num(v))
                           for k, v in d.items()} for d in self.verdicts],
+            "waits": [{k: _num(v) for k, v in r.items()} for r in self.waits.to_pylist()] if self.waits else [],
         }
 
 
@@ -150,6 +154,7 @@ KERNEL_ORDER = """(kind = 'compute' AND comm_fraction > 0) DESC, significant DES
 
 
 SUMMARY_ORDER = "run_id, device_id, nvtx NULLS FIRST"
+WAITS_ORDER = SUMMARY_ORDER
 RUN_COLUMNS = "run_id, source_path, format, tool_version, gpu_names"
 
 

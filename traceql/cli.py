@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +22,29 @@ from .version import __version__
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Attribute the slowdown of compute kernels overlapped with communication, from Nsight traces.")
 
+
+
+def _plain_help_types() -> None:
+    """--help without Python's types: typer 0.2x labels a flag <bool> and a repeatable option or argument
+    <list[str]>; a flag gets no label (it takes no value) and a repeatable one its element's (<str>)."""
+    from typer import core
+
+    for cls in (getattr(core, "TyperOption", None), getattr(core, "TyperArgument", None)):
+        shown = getattr(cls, "display_type_rich", None)
+        if shown is None or getattr(shown, "plain", False):  # an older typer, or done already
+            continue
+
+        def display(self, ctx, shown=shown):
+            if getattr(self, "is_flag", False) and self.metavar is None:
+                return None
+            text = shown(self, ctx)
+            return re.sub(r"list\[(.*)\]", lambda m: m.group(1).lower(), text) if isinstance(text, str) else text
+
+        display.plain = True
+        cls.display_type_rich = display
+
+
+_plain_help_types()
 
 
 class _Choice(enum.StrEnum):
@@ -50,6 +74,11 @@ class Focus(_Choice):
     comm = "comm"
 
 
+class NvtxScope(_Choice):
+    process = "process"
+    thread = "thread"
+
+
 class ClockControl(_Choice):
     none = "none"
     base = "base"
@@ -67,6 +96,14 @@ RunDirs = Annotated[list[str], typer.Argument(help="Run directories made by `tra
 OnError = Annotated[OnErrorChoice, typer.Option(help="What to do with a bad input among many: raise (stop) or skip "
                                                      "(go on, naming it).", case_sensitive=False)]
 Format = Annotated[TableFormat, typer.Option("--format", "-f", case_sensitive=False, help="How to print the result.")]
+NvtxScopeOpt = Annotated[NvtxScope, typer.Option(
+    "--nvtx-scope", case_sensitive=False,
+    help="Which NVTX ranges make a launch's context: those open on any thread of the launching process (the backward "
+         "pass that PyTorch launches from autograd threads belongs to the step), or on the launching thread only.")]
+NvtxDomainOpt = Annotated[list[str], typer.Option(
+    "--nvtx-domain", metavar="DOMAIN",
+    help="An NVTX domain whose ranges are yours too (repeatable); the default domain always is, and libraries' "
+         "domains (NCCL, CCCL...) otherwise never make a step.")]
 ExecutorOpt = Annotated[str | None, typer.Option(
     "--executor", help="Where each run (rank file) is processed: local (this process, one run at a time), local:N "
                        "(N processes) or dask://HOST:PORT (a running Dask scheduler whose workers see the same paths).",
@@ -227,9 +264,11 @@ def attribute(
     ncu: Annotated[list[str], typer.Option(help="Nsight Compute report (.ncu-rep, .ncu-rep.xz) or run directory "
                                                 "holding one (a path or URL): isolated-kernel counters for the "
                                                 "models (repeatable).", metavar="REPORT|RUN_DIR")] = [],  # noqa: B006
-    group_by_nvtx: Annotated[str | None, typer.Option(help="Group kernels by the innermost NVTX range of their "
-                                                           "launching thread whose text matches this glob, "
-                                                           "e.g. 'case:*' or 'forward*'.")] = None,
+    group_by_nvtx: Annotated[str | None, typer.Option(help="Group kernels by the innermost NVTX range around their "
+                                                           "launch whose text matches this glob, e.g. 'case:*' or "
+                                                           "'step*' (see --nvtx-scope).")] = None,
+    nvtx_scope: NvtxScopeOpt = NvtxScope.process,
+    nvtx_domain: NvtxDomainOpt = [],  # noqa: B006
     focus: Annotated[Focus, typer.Option(help="Which overlapped kernels to list: any co-runner, or comm only.")]
     = Focus.any,
     fmt: Format = TableFormat.table,
@@ -262,7 +301,8 @@ def attribute(
         local, base, ncu_local = local[:len(inputs)], local[len(inputs):len(inputs) + len(extra)], local[
             len(inputs) + len(extra):]
         result = stopping.run(lambda: do_attribute(local, baseline=base[0] if base else None, ncu=ncu_local,
-                                                   group_by_nvtx=group_by_nvtx, focus=focus.value, executor=executor),
+                                                   group_by_nvtx=group_by_nvtx, focus=focus.value, executor=executor,
+                                                   nvtx_scope=nvtx_scope.value, nvtx_domains=nvtx_domain),
                               "nothing was written")
         if out_dir is not None:
             result.write(out_dir)
@@ -306,6 +346,8 @@ def diff(
     group_by_nvtx: Annotated[str | None, typer.Option(help="NVTX ranges that are steps (a glob, e.g. 'step*'): step "
                                                            "time and per-step metrics; kernels grouped by them.")]
     = None,
+    nvtx_scope: NvtxScopeOpt = NvtxScope.process,
+    nvtx_domain: NvtxDomainOpt = [],  # noqa: B006
     fmt: Annotated[TableFormat, typer.Option("--format", "-f", case_sensitive=False,
                                              help="How to print the result (csv: the signature rows).")]
     = TableFormat.table,
@@ -342,7 +384,8 @@ def diff(
         from .report.diff import load_diff_recipe
 
         load_diff_recipe(recipe)  # a bad recipe fails before the analysis too
-    result = stopping.run(lambda: do_diff(a, b, group_by_nvtx=group_by_nvtx), "nothing was written")
+    result = stopping.run(lambda: do_diff(a, b, group_by_nvtx=group_by_nvtx, nvtx_scope=nvtx_scope.value,
+                                          nvtx_domains=nvtx_domain), "nothing was written")
     violations, gate_notes = check(gates, result.summary.to_pylist(), lambda r: r["device"])
     lines = [f"gate '{g.text}': ok" for g in gates if not any(v.gate == g.text for v in violations)]
     lines += [v.describe() for v in violations] + [f"note: {n}" for n in gate_notes]
@@ -451,8 +494,10 @@ def _progress():
 
 
 def _say(bar, line: str) -> None:
-    """A line on stderr above a live progress bar, as it is (no markup, no wrapping)."""
-    bar.console.print(line, markup=False, highlight=False, soft_wrap=True)
+    """A line on stderr above a live progress bar, as it is (no markup, no wrapping, control characters escaped)."""
+    from .plain import cell
+
+    bar.console.print(cell(line), soft_wrap=True)
 
 
 @app.command(context_settings={"allow_interspersed_args": False})

@@ -24,21 +24,24 @@ import json
 import sys
 import tempfile
 import types
+from collections.abc import Sequence
 from pathlib import Path
 
 import duckdb
 import numpy as np
 
-from . import duck, store
+from . import duck, launch, store
 from .attribute import attribute
 from .diff_model import DIFF_TABLES, GATE_COLUMNS, Diff, Side  # noqa: F401  (this module's API too)
 from .errors import BadInputError, MissingInputError, UsageError
 
 
 def diff(a: str | Path, b: str | Path, *, group_by_nvtx: str | None = None,
-         workdir: str | Path | None = None) -> Diff:
+         workdir: str | Path | None = None, nvtx_scope: str = "process", nvtx_domains: Sequence[str] = ()) -> Diff:
     """Compare B against A. Each is a run directory (``PATH@RUN[,RUN...]`` picks runs of it by id prefix, name label
-    or file name), an nsys export or report; ``group_by_nvtx``: a glob naming the NVTX ranges that are steps."""
+    or file name), an nsys export or report; ``group_by_nvtx``: a glob naming the NVTX ranges that are steps, found
+    around each launch by the launch rule of :mod:`traceql.launch` (``nvtx_scope``, ``nvtx_domains``)."""
+    rule = launch.Rule(nvtx_scope, tuple(nvtx_domains))
     from .diff_match import compare
 
     if workdir is not None:
@@ -47,8 +50,8 @@ def diff(a: str | Path, b: str | Path, *, group_by_nvtx: str | None = None,
     try:
         inputs = {w: side_inputs(str(spec), Path(tmp.name) / w) for w, spec in (("A", a), ("B", b))}
         preflight(str(a), inputs["A"], str(b), inputs["B"])
-        side_a = load_side(str(a), "A", inputs["A"], Path(tmp.name) / "A", group_by_nvtx)
-        side_b = load_side(str(b), "B", inputs["B"], Path(tmp.name) / "B", group_by_nvtx)
+        side_a = load_side(str(a), "A", inputs["A"], Path(tmp.name) / "A", group_by_nvtx, rule)
+        side_b = load_side(str(b), "B", inputs["B"], Path(tmp.name) / "B", group_by_nvtx, rule)
     finally:
         tmp.cleanup()
     return compare(side_a, side_b, group_by_nvtx)
@@ -115,33 +118,29 @@ def _narrowed_store(path: Path, selectors: list[str], dest: Path) -> Path:
     return dest
 
 
+# A collective's kernel lasts as long as the last rank takes to arrive, then as long as its transfer: what it waited
+# is another rank's time (rank_waits reports it), so a matched collective is compared by its transfer time alone.
 SIGNATURES_SQL = """
-SELECT run_id, device_id, nvtx, activity, any_value(kind) AS kind, name, any_value(short_name) AS short_name, grid,
-       block, dynamic_smem_bytes, bytes, count(*) AS n, list(dur_ns ORDER BY dur_ns) AS durs, min(start_ns) AS first_ns,
-       median(gpc_clock_mhz)::DOUBLE AS clock_mhz, sum(dur_ns)::BIGINT AS total_ns
-FROM instance_facts GROUP BY run_id, device_id, nvtx, activity, name, grid, block, dynamic_smem_bytes, bytes
-"""
-# Steps: the outermost NVTX ranges matching the glob (push/pop or start/end), each projected onto every GPU it launched
-# work on: from the first start of the activities launched on its thread while it was open to the later of the range's
-# end and their last end. Work other threads launch (autograd's backward) falls inside when the range's own launches
-# bracket it, as a training step's forward and optimizer do.
-STEP_WINDOWS_SQL = """
-WITH ranges AS (
-    SELECT run_id, global_tid, start_ns, end_ns, text FROM nvtx
-    WHERE event_type IN ('push_pop', 'start_end') AND end_ns IS NOT NULL AND text GLOB $glob
-), outermost AS (
-    SELECT r.* FROM ranges r ANTI JOIN ranges o
-      ON o.run_id = r.run_id AND o.global_tid = r.global_tid AND o.start_ns <= r.start_ns AND r.end_ns <= o.end_ns
-     AND (o.start_ns < r.start_ns OR o.end_ns > r.end_ns)
-), launched AS (
-    SELECT i.run_id, i.device_id, i.start_ns, i.end_ns, r.global_tid, r.start_ns AS t
-    FROM instance_facts i JOIN runtime_api r
-      ON r.run_id = i.run_id AND r.global_pid = i.global_pid AND r.correlation_id = i.correlation_id
+WITH own AS (
+    SELECT f.*, f.dur_ns - coalesce(w.wait_ns, 0) AS own_ns
+    FROM instance_facts f LEFT JOIN collective_waits w
+      ON w.run_id = f.run_id AND w.device_id = f.device_id AND w.start_ns = f.start_ns AND f.kind = 'comm'
 )
-SELECT o.run_id, l.device_id, o.text, min(l.start_ns) AS start_ns, greatest(max(l.end_ns), o.end_ns) AS end_ns
-FROM outermost o JOIN launched l
-  ON l.run_id = o.run_id AND l.global_tid = o.global_tid AND o.start_ns <= l.t AND l.t <= o.end_ns
-GROUP BY o.run_id, l.device_id, o.global_tid, o.start_ns, o.end_ns, o.text
+SELECT run_id, device_id, nvtx, activity, any_value(kind) AS kind, name, any_value(short_name) AS short_name, grid,
+       block, dynamic_smem_bytes, bytes, count(*) AS n, list(own_ns ORDER BY own_ns) AS durs, min(start_ns) AS first_ns,
+       median(gpc_clock_mhz)::DOUBLE AS clock_mhz, sum(own_ns)::BIGINT AS total_ns
+FROM own GROUP BY run_id, device_id, nvtx, activity, name, grid, block, dynamic_smem_bytes, bytes
+"""
+# Steps: the NVTX ranges matching the glob that attribution grouped the activities by (the innermost matching range
+# of the user's around each launch, open on any thread of the launching process or, with --nvtx-scope thread, on the
+# launching thread: traceql.launch), each range instance projected onto every GPU it launched work on: from the first
+# start of its activities to the later of the range's end and their last end. With the process scope, the backward
+# pass that autograd threads launch belongs to the step that the training loop's thread holds open.
+STEP_WINDOWS_SQL = """
+SELECT f.run_id, f.device_id, g.nvtx AS text, min(f.start_ns) AS start_ns,
+       greatest(max(f.end_ns), any_value(g.nvtx_end_ns)) AS end_ns
+FROM instance_facts f JOIN _activity_groups g USING (run_id, activity_id)
+GROUP BY f.run_id, f.device_id, g.nvtx, g.nvtx_start_ns
 """
 SPAN_SQL = """SELECT run_id, device_id, NULL::VARCHAR AS text, min(start_ns) AS start_ns, max(end_ns) AS end_ns
 FROM instance_facts GROUP BY ALL"""
@@ -191,11 +190,13 @@ def preflight(spec_a: str, inputs_a: list[Path], spec_b: str, inputs_b: list[Pat
                             "same program; compare runs of one program before and after a change")
 
 
-def load_side(spec: str, which: str, inputs: list[Path], side_dir: Path, group_by_nvtx: str | None) -> Side:
+def load_side(spec: str, which: str, inputs: list[Path], side_dir: Path, group_by_nvtx: str | None,
+              rule: launch.Rule = launch.DEFAULT) -> Side:
     """Attribute one side and read what the comparison needs from it."""
     con = duck.connect()
     try:
-        result = attribute(inputs, group_by_nvtx=group_by_nvtx, workdir=side_dir / "work", con=con)
+        result = attribute(inputs, group_by_nvtx=group_by_nvtx, workdir=side_dir / "work", con=con,
+                           nvtx_scope=rule.scope, nvtx_domains=rule.domains)
         runs = []
         for rid, src, fmt, gpus, labels in con.sql("SELECT run_id, source_path, format, gpu_names, labels_json "
                                                    "FROM runs WHERE format <> 'ncu-rep' ORDER BY run_id").fetchall():
@@ -206,7 +207,7 @@ def load_side(spec: str, which: str, inputs: list[Path], side_dir: Path, group_b
         signatures = con.sql(SIGNATURES_SQL).to_arrow_table().to_pylist()
         con.execute("CREATE TEMP TABLE _diff_segments AS SELECT * FROM timeline_segments")
         spans = _partition(con, SPAN_SQL, {})
-        windows = _partition(con, STEP_WINDOWS_SQL, {"glob": group_by_nvtx}) if group_by_nvtx else spans
+        windows = _partition(con, STEP_WINDOWS_SQL, {}) if group_by_nvtx else spans
         power = con.sql("SELECT run_id, device_id, ts_ns, power_w, energy_j FROM power "
                         "ORDER BY run_id, device_id, ts_ns").fetchnumpy()
     finally:

@@ -19,6 +19,7 @@ from .diff_model import (
     MAX_N,
     MIN_N,
     N_BOOT,
+    PRACTICAL_SHARE,
     RUN_NOISE,
     SIDE_METRICS,
     STEP_NOISE,
@@ -236,7 +237,10 @@ def _f(v) -> float | None:
     return None if v is None or not math.isfinite(float(v)) else float(v)
 
 
-def signature_rows(pair: dict, matched: list, index_a: dict, index_b: dict, steps_a, steps_b) -> list[dict]:
+def signature_rows(pair: dict, matched: list, index_a: dict, index_b: dict, steps_a, steps_b,
+                   step_ns: float | None = None) -> list[dict]:
+    """A row per matched signature; ``step_ns``: A's step time (the GPU span, ungrouped), against which a change
+    must weigh at least PRACTICAL_SHARE to count."""
     rows = []
     for match, sa, sb in matched:
         att_a, mix_a = _attr_of(index_a, sa)
@@ -256,7 +260,8 @@ def signature_rows(pair: dict, matched: list, index_a: dict, index_b: dict, step
             da, db = np.asarray(sa["durs"], dtype=float), np.asarray(sb["durs"], dtype=float)
             stat, ca, cb, c, lo, hi = change_interval(da, db, mix_a or mix_b)
             row.update(statistic=stat, dur_a_ns=ca, dur_b_ns=cb, change=_f(c), change_lo=_f(lo), change_hi=_f(hi))
-            row["significant"] = _significant(row["change_lo"], row["change_hi"])
+            row["significant"] = _significant(row["change_lo"], row["change_hi"]) and (
+                not step_ns or abs(row["time_delta_ns"] or 0) >= PRACTICAL_SHARE * step_ns)
             if row["significant"]:
                 row["direction"] = "slower" if row["change"] > 0 else "faster"
         elif s:
@@ -509,8 +514,9 @@ def compare(a: Side, b: Side, group_by_nvtx: str | None) -> Diff:
                          f"{'A' if not per['a'] else 'B'}: no step metrics")
         sa = [s for s in a.signatures if s["run_id"] == pair["run_a"] and s["device_id"] == pair["device_id"]]
         sb = [s for s in b.signatures if s["run_id"] == pair["run_b"] and s["device_id"] == pair["device_id"]]
-        rows = sorted(signature_rows(pair, match_signatures(sa, sb, norm), index_a, index_b, per["a"], per["b"]),
-                      key=kernel_order)
+        total = m["step_ms" if grouped else "span_ms"]["a"]
+        rows = sorted(signature_rows(pair, match_signatures(sa, sb, norm), index_a, index_b, per["a"], per["b"],
+                                     total * 1e6 if total else None), key=kernel_order)
         kernels += rows
         counts = _counts(rows)
         row = dict(device=pair["device"], run_a=pair["run_a"], run_b=pair["run_b"], device_id=pair["device_id"],

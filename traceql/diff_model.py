@@ -39,6 +39,10 @@ STEP_NOISE = 0.02
 # FRACTION_NOISE, in the units of a fraction (hidden communication, overlap fraction, compute slowdown): the repeated
 # pair's hidden communication fraction moved by 0.074.
 FRACTION_NOISE = 0.10
+# A signature's change counts (as significant, and toward a device's "changed") only when it moves at least this share
+# of the step's time (of the GPU span, ungrouped), whatever its statistics: a sub-microsecond memset 50% slower in one
+# step of half a second is real, and no change worth a word (practical significance, as attribution's 1% floor).
+PRACTICAL_SHARE = 0.001
 
 # the parts of a summary metric (traceql.gates reads the same names)
 SIDE_METRICS = {  # name -> (unit, description)

@@ -6,6 +6,11 @@ A row's loss goes to its class: all of it to the one cause that names it, a mixe
 predicted parts; rows the models leave unexplained stay unexplained, whatever their parts predicted. Conflated rows
 and rows without a baseline are left out and counted. The loss of rows that communication overlapped is given
 apart: other co-runners (another stream's kernels, copies) slow compute too.
+
+Coverage is measured, not assumed: the share of the overlapped compute time and of the overlapped communication time
+(the durations of their overlapped instances) whose rows got an answer, a cause or a significant "none", rather than
+``conflated``, ``unexplained`` or no baseline. Where the run's collectives were matched across its devices
+(``rank_waits``), the verdict says how long this device's communication waited for a late rank, and which.
 """
 
 from __future__ import annotations
@@ -17,9 +22,26 @@ CAUSE_WORDS = {"sm": "SMs taken", "dram_bw": "DRAM bandwidth", "cache": "L2 cach
                "link": "shared links", "unexplained": "unexplained"}
 
 
-def verdicts(summary: pa.Table, kernels: pa.Table) -> list[dict]:
+def coverage(rows: list[dict]) -> dict[str, float | None]:
+    """The share of overlapped compute and of overlapped communication kernel time (their overlapped instances'
+    durations) in rows that got an answer: not conflated, with a baseline, and not unexplained (None: none overlapped).
+    """
+    out: dict[str, float | None] = {}
+    for side in ("compute", "comm"):
+        mine = [r for r in rows if r["activity"] == "kernel" and (r["kind"] == "comm") == (side == "comm")
+                and r.get("n_overlapped") and r.get("sum_t1_ns")]
+        total = sum(r["sum_t1_ns"] for r in mine)
+        answered = sum(r["sum_t1_ns"] for r in mine if not r["conflated"] and r["t0_ns"] is not None
+                       and r["class"] not in ("unexplained", "conflated"))
+        out[f"coverage_{side}"] = answered / total if total else None
+    return out
+
+
+def verdicts(summary: pa.Table, kernels: pa.Table, waits: pa.Table | None = None) -> list[dict]:
     """One verdict per (run, device): numbers (ms) and a sentence."""
     rows = kernels.to_pylist()
+    waited = {(w["run_id"], w["device_id"]): w for w in (waits.to_pylist() if waits is not None else [])
+              if w["nvtx"] is None}
     out = []
     for d in summary.to_pylist():
         if d["nvtx"] is not None:
@@ -59,13 +81,18 @@ def verdicts(summary: pa.Table, kernels: pa.Table) -> list[dict]:
                  exposed_comm_ms=(d["exposed_comm_ns"] or 0) / 1e6, compute_lost_ms=lost, compute_lost_lo_ms=lo,
                  compute_lost_hi_ms=hi, compute_lost_beside_comm_ms=comm_lost, lost_by_cause_ms=by_cause,
                  saved_ms=hidden - lost,
-                 instances_left_out=skipped)
-        v["text"] = _sentence(v)
+                 instances_left_out=skipped, **coverage(mine))
+        w = waited.get((d["run_id"], d["device_id"]))
+        v.update(wait_ms=w["wait_ms"] if w else None, late_run_id=w["late_run_id"] if w else None,
+                 late_device_id=w["late_device_id"] if w else None)
         out.append(v)
+    by_device = {(v["run_id"], v["device_id"]): v for v in out}
+    for v in out:
+        v["text"] = _sentence(v, by_device.get((v["late_run_id"], v["late_device_id"])))
     return out
 
 
-def _sentence(v: dict) -> str:
+def _sentence(v: dict, late: dict | None = None) -> str:
     causes = sorted(((ms, c) for c, ms in v["lost_by_cause_ms"].items() if ms > 0.0005), reverse=True)
     why = ", ".join(f"{ms:.3f} ms to {CAUSE_WORDS[c]}" for ms, c in causes) or "no significant slowdown"
     text = (f"device {v['device_id']} (run {v['run_id']}): {v['compute_ms']:.3f} ms of compute, {v['comm_ms']:.3f} ms "
@@ -77,4 +104,17 @@ def _sentence(v: dict) -> str:
     if v["instances_left_out"]:
         text += (f" {v['instances_left_out']} overlapped compute instances had no baseline with an interval (or were "
                  "conflated) and are not counted.")
+    shares = [f"{v[f'coverage_{s}']:.0%} of overlapped {w} time" for s, w in (("compute", "compute"),
+                                                                              ("comm", "communication"))
+              if v.get(f"coverage_{s}") is not None]
+    if shares:
+        text += f" Answered (a cause, or no significant loss): {' and '.join(shares)}."
+    if v.get("wait_ms") and v.get("late_device_id") is not None:
+        text += (f" {v['wait_ms']:.3f} ms of its communication was waiting for device {v['late_device_id']} to arrive")
+        if late is not None and late["compute_lost_ms"] > 0:
+            causes = sorted(((ms, c) for c, ms in late["lost_by_cause_ms"].items() if ms > 0.0005), reverse=True)
+            top = f", most of it to {CAUSE_WORDS[causes[0][1]]}" if causes else ""
+            text += (f", which was late; its compute lost {late['compute_lost_ms']:.3f} ms beside other GPU "
+                     f"work{top}")
+        text += "."
     return text

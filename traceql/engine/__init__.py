@@ -17,7 +17,8 @@ a connection is queried without ``traceql.analysis.prepare``; ``tests/test_engin
   columns from, row by row; ``_instance_overlap``, ``_instance_metrics``, ``_activity_dram`` and ``_corunner_dram``
   are projections of it, and ``_device_unions`` (per device, the unions of compute, communication and both) is
   written beside it;
-- ``_activity_occurrence`` and ``_activity_groups``: each launch's innermost NVTX range on its thread.
+- ``_activity_occurrence`` and ``_activity_groups``: each launch's innermost NVTX range of the user's, open in its
+  process or on its thread (``traceql.launch``).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .. import duck, stats
+from .. import duck, launch, stats
 from ..duck import usable_cpus
 from ..queries_loader import point_view
 from . import sweeps
@@ -747,20 +748,24 @@ def _column(rows: pa.Table | None, column: str) -> np.ndarray | np.ma.MaskedArra
 
 
 def _enclosing(con: duckdb.DuckDBPyConnection, view: str, ranges: str, occurrence: bool) -> str:
-    """Each launch's innermost range among the NVTX ranges of its thread that ``ranges`` (a condition on ``nvtx``)
-    selects: its start (the latest start of the ranges around the launch) and its text (that of the latest (start,
-    text) among those with a text: SQL's ``arg_max`` passes over NULL texts); with ``occurrence``, the launch's
-    occurrence in that range instance too (launches of the same signature before it, by launch time and activity).
-    In a kept table named for ``view`` (its name is returned). Launches with no range around them have no row.
+    """Each launch's innermost range among the user's NVTX ranges of its scope (``_launch_rule``: its process, or
+    its thread; ranges of the default domain and of the domains the rule names) that ``ranges`` (a condition on
+    ``nvtx``) selects: its start and end (those of the latest start of the ranges around the launch) and its text
+    (that of the latest (start, text) among those with a text: SQL's ``arg_max`` passes over NULL texts); with
+    ``occurrence``, the launch's occurrence in that range instance too (launches of the same signature before it, by
+    launch time and activity). In a kept table named for ``view`` (its name is returned). Launches with no range
+    around them have no row.
 
-    A thread's ranges are held whole; its launches are read and swept in windows (:func:`window_rows`), and the
+    A scope's ranges are held whole; its launches are read and swept in windows (:func:`window_rows`), and the
     launches of each range instance and signature counted so far are carried from one window to the next."""
+    key, user = launch.rule_sql(con)
+
     def scan(part: _LaunchScan | None) -> str:
         def only(alias: str) -> str:  # the threads of this scan
             if part is None:
                 return ""
             quoted = part.run.replace("'", "''")
-            return f"AND {alias}run_id = '{quoted}' AND {alias}global_tid BETWEEN {part.first} AND {part.last}"
+            return f"AND {alias}run_id = '{quoted}' AND {alias}{key} BETWEEN {part.first} AND {part.last}"
 
         def times() -> str:  # the launch times of this scan
             if part is None:
@@ -770,14 +775,15 @@ def _enclosing(con: duckdb.DuckDBPyConnection, view: str, ranges: str, occurrenc
 
         # a thread's ranges come with its first scan
         later = "" if part is None or part.after is None else "AND false"
-        return f"""SELECT run_id, global_tid, 0 AS part, start_ns AS a, end_ns AS b, NULL::UBIGINT AS sig, text
-                   FROM nvtx WHERE {ranges} AND start_ns IS NOT NULL AND end_ns IS NOT NULL AND global_tid IS NOT NULL
-                   {only("")} {later}
+        return f"""SELECT run_id, {key} AS scope_id, 0 AS part, start_ns AS a, end_ns AS b, NULL::UBIGINT AS sig,
+                          text
+                   FROM nvtx WHERE {ranges} AND {user} AND start_ns IS NOT NULL AND end_ns IS NOT NULL
+                     AND {key} IS NOT NULL {only("")} {later}
                    UNION ALL
-                   SELECT r.run_id, r.global_tid, 1, r.start_ns, a.activity_id, a.sig, NULL
+                   SELECT r.run_id, r.{key}, 1, r.start_ns, a.activity_id, a.sig, NULL
                    FROM _activity_rows a JOIN runtime_api r
                      ON r.run_id = a.run_id AND r.global_pid = a.global_pid AND r.correlation_id = a.correlation_id
-                   WHERE r.global_tid IS NOT NULL AND r.start_ns IS NOT NULL {only("r.")} {times()}"""
+                   WHERE r.{key} IS NOT NULL AND r.start_ns IS NOT NULL {only("r.")} {times()}"""
 
     size = window_rows()
 
@@ -786,8 +792,8 @@ def _enclosing(con: duckdb.DuckDBPyConnection, view: str, ranges: str, occurrenc
         start and text; then launches, by time and activity)."""
         key, found, ranged = None, [], None
         for k, d in chain.from_iterable(
-                _pieces(con, scan(threads), "part, a, text, b", by="global_tid", batch_rows=min(size, BATCH_ROWS))
-                for threads in _launch_scans(con)):
+                _pieces(con, scan(threads), "part, a, text, b", by="scope_id", batch_rows=min(size, BATCH_ROWS))
+                for threads in _launch_scans(con, key)):
             if k != key:
                 key, found, ranged = k, [], None
             n_ranges = int(np.searchsorted(d["part"], 1))
@@ -820,7 +826,7 @@ def _enclosing(con: duckdb.DuckDBPyConnection, view: str, ranges: str, occurrenc
             found = sweeps.innermost(start[named], end[named], t, r["named_back"])
             inner_text = np.where(found >= 0, named[np.maximum(found, 0)], -1)
         keep = inner >= 0
-        out = {"activity_id": act[keep], "step_start_ns": start[inner[keep]],
+        out = {"activity_id": act[keep], "step_start_ns": start[inner[keep]], "step_end_ns": end[inner[keep]],
                "step_text": np.where(inner_text >= 0, text[np.maximum(inner_text, 0)], None)[keep]}
         if occurrence:
             sig = d["sig"][keep]
@@ -860,7 +866,7 @@ class _LaunchScan(NamedTuple):
     before: int | None = None
 
 
-def _launch_scans(con: duckdb.DuckDBPyConnection) -> list[_LaunchScan | None]:
+def _launch_scans(con: duckdb.DuckDBPyConnection, key: str) -> list[_LaunchScan | None]:
     """The launch contexts' scan (a join of every launch with its API call, sorted by thread) cut into scans of at
     most one launch per ``LAUNCH_BYTES`` of a memory cap each: consecutive threads of a run, and a thread with more
     cut by launch time (at approximate quantiles of its API calls' times: any cut gives the same rows, a scan after
@@ -871,7 +877,7 @@ def _launch_scans(con: duckdb.DuckDBPyConnection) -> list[_LaunchScan | None]:
     if not cap:
         return [None]
     limit = max(1, cap // LAUNCH_BYTES)
-    counts = con.sql("SELECT run_id, global_tid, count(*) FROM runtime_api WHERE global_tid IS NOT NULL "
+    counts = con.sql(f"SELECT run_id, {key}, count(*) FROM runtime_api WHERE {key} IS NOT NULL "
                      "GROUP BY ALL ORDER BY ALL").fetchall()
     if sum(n for _, _, n in counts) <= limit:
         return [None]
@@ -882,17 +888,17 @@ def _launch_scans(con: duckdb.DuckDBPyConnection) -> list[_LaunchScan | None]:
             out.append(_LaunchScan(first[0], first[1], last))
             first, rows = None, 0
         if run is not None and n > limit:  # a thread alone, in slices of its launch times
-            out.extend(_time_slices(con, run, tid, -(-n // limit)))
+            out.extend(_time_slices(con, run, key, tid, -(-n // limit)))
         elif run is not None:
             first = first or (run, tid)
             last, rows = tid, rows + n
     return out
 
 
-def _time_slices(con: duckdb.DuckDBPyConnection, run: str, tid: int, parts: int) -> list[_LaunchScan]:
+def _time_slices(con: duckdb.DuckDBPyConnection, run: str, key: str, tid: int, parts: int) -> list[_LaunchScan]:
     """``parts`` scans of one thread's launches, cut at approximate quantiles of its API calls' times."""
     [(cuts,)] = con.execute("SELECT approx_quantile(start_ns, $1::FLOAT[]) FROM runtime_api "
-                            "WHERE run_id = $2 AND global_tid = $3",
+                            f"WHERE run_id = $2 AND {key} = $3",
                             [[i / parts for i in range(1, parts)], run, tid]).fetchall()
     bounds = [None, *sorted({int(c) for c in cuts or () if c is not None}), None]
     return [_LaunchScan(run, tid, tid, a, b) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
@@ -904,27 +910,29 @@ LAUNCH_BYTES = 1 << 8
 
 
 def _occurrence(con: duckdb.DuckDBPyConnection) -> None:
-    """``_activity_occurrence``: each launch's innermost NVTX range on its thread (``sweeps.innermost``) and the
+    """``_activity_occurrence``: each launch's innermost NVTX range (``traceql.launch``; ``sweeps.innermost``) and the
     launch's occurrence in that range instance (``sweeps.occurrence``)."""
     kept = _enclosing(con, "_activity_occurrence", "event_type IN ('push_pop', 'start_end')", occurrence=True)
-    con.execute("CREATE OR REPLACE VIEW _activity_occurrence AS SELECT run_id, activity_id, global_tid, "
+    con.execute("CREATE OR REPLACE VIEW _activity_occurrence AS SELECT run_id, activity_id, scope_id, "
                 f"step_start_ns, step_text, occurrence FROM {kept}")
 
 
 def _groups(con: duckdb.DuckDBPyConnection) -> None:
     """``_activity_groups`` when attribution groups by NVTX (``analysis.group_by_nvtx`` left the glob in
-    ``_nvtx_glob``): each launch's innermost range of its thread whose text matches the glob."""
+    ``_nvtx_glob``): each launch's innermost range (``traceql.launch``) whose text matches the glob."""
     asked = con.sql("SELECT count(*) FROM duckdb_tables() WHERE table_name = '_nvtx_glob'").fetchall()[0][0]
     if not asked:
         return  # the view stays the empty one of queries/
     kept = _enclosing(con, "_activity_groups",
                       "event_type IN ('push_pop', 'start_end') AND text GLOB (SELECT pattern FROM _nvtx_glob)",
                       occurrence=False)
-    con.execute(f"CREATE OR REPLACE VIEW _activity_groups AS SELECT run_id, activity_id, step_text AS nvtx FROM {kept}")
+    con.execute("CREATE OR REPLACE VIEW _activity_groups AS SELECT run_id, activity_id, step_text AS nvtx, "
+                f"step_start_ns AS nvtx_start_ns, step_end_ns AS nvtx_end_ns FROM {kept}")
 
 
-ENCLOSING_SCHEMA = pa.schema([("run_id", pa.string()), ("global_tid", pa.int64()), ("activity_id", pa.int64()),
-                              ("step_start_ns", pa.int64()), ("step_text", pa.string()), ("occurrence", pa.int64())])
+ENCLOSING_SCHEMA = pa.schema([("run_id", pa.string()), ("scope_id", pa.int64()), ("activity_id", pa.int64()),
+                              ("step_start_ns", pa.int64()), ("step_end_ns", pa.int64()), ("step_text", pa.string()),
+                              ("occurrence", pa.int64())])
 
 
 STAGES = {"_activity_rows": _activity_rows, "_activity_occurrence": _occurrence, "_activity_groups": _groups,

@@ -276,9 +276,11 @@ def _map_runs(rec: Recipe, dirs: list[Path], runs: list[tuple[str, str, int]], n
     The analysis is per run and device, so a run's rows are those of a connection that sees it alone; the signature
     groups' ids are numbered from 0 in each run, as such a connection numbers them."""
     from ..analysis import group_by_nvtx, prepare
+    from ..launch import set_rule
 
     con = store.connect(dirs, run_ids={*(r[0] for r in runs), *ncu_runs})
     try:
+        set_rule(con, rec.nvtx_scope, rec.nvtx_domains)
         if rec.group_by_nvtx:
             group_by_nvtx(con, rec.group_by_nvtx)
         prepare(con)

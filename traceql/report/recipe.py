@@ -85,6 +85,8 @@ class Recipe:
     sections: tuple[Section, ...]
     description: str = ""
     group_by_nvtx: str | None = None
+    nvtx_scope: str = "process"  # the launch rule (traceql.launch) that finds the NVTX ranges of group_by_nvtx
+    nvtx_domains: tuple[str, ...] = ()
     source: str = ""
     kind: str = "runs"  # runs: `traceql report` maps its queries over runs; diff: they read a diff's tables
 
@@ -212,4 +214,13 @@ def parse(text: str, *, name: str, source: str, views: set[str] | None = None) -
             reduce=reduce))
     return Recipe(name=name, title=str(doc.get("title", name)), sections=tuple(sections),
                   description=str(doc.get("description", "")), group_by_nvtx=doc.get("group_by_nvtx"),
-                  source=source, kind=kind)
+                  nvtx_scope=_nvtx_scope(doc.get("nvtx_scope", "process"), fail),
+                  nvtx_domains=tuple(str(d) for d in doc.get("nvtx_domains", ())), source=source, kind=kind)
+
+
+def _nvtx_scope(scope, fail) -> str:
+    from ..launch import SCOPES
+
+    if scope not in SCOPES:
+        raise fail(f"nvtx_scope {scope!r}: use one of {', '.join(SCOPES)}")
+    return scope
