@@ -2596,6 +2596,141 @@ def _attribute_sigkill_workers(env):
                                           "local:2"], signal.SIGKILL)
 
 
+# -- names printed as they are: rich markup, terminal escapes; values JSON has no word for; odd inputs ---------------
+
+# a kernel name with a closing tag that closes nothing, a style, an OSC title and ANSI colours
+HOSTILE_NAME = "k[/x][bold red]red\x1b]0;pwned\x07\x1b[31mX\x1b[0m"
+
+
+def _hostile_store(env, name: str = "hostile") -> Path:
+    """A synthetic run whose kernel is named HOSTILE_NAME (overlapped by communication, so that every table lists
+    it)."""
+    s = env.path(name)
+    alone = [dict(start_ns=i * 10_000, end_ns=i * 10_000 + 1000, name=HOSTILE_NAME, ctas=8, correlation_id=i + 1)
+             for i in range(4)]
+    beside = [dict(start_ns=50_000 + i * 10_000, end_ns=50_000 + i * 10_000 + 1500, name=HOSTILE_NAME, ctas=8,
+                   correlation_id=10 + i) for i in range(2)]
+    comm = [dict(start_ns=50_000 + i * 10_000, end_ns=50_000 + i * 10_000 + 1500, kind="comm", ctas=4,
+                 correlation_id=20 + i, stream_id=9) for i in range(2)]
+    make_store(s, kernels=alone + beside + comm, runtime_api=launches(alone + beside + comm))
+    return s
+
+
+def _printed_plainly(run: Run, *shown: str) -> Run:
+    """``run`` failed unless its output shows each of ``shown`` as it is and no control character reached it."""
+    out = run.out + run.err
+    missing = [t for t in shown if t not in out]
+    raw = sorted({repr(c) for c in out if ord(c) < 32 and c not in "\n"})
+    if run.rc == 0 and (missing or raw):
+        run.err += f"\ntraceql: not shown as it is: {missing}; raw control characters printed: {raw}"
+        run.rc = 99
+    return run
+
+
+@case("sql", "a kernel name with rich markup ('[/x]', '[bold red]') and terminal escapes: printed as text, the "
+      "escapes as \\x1b", expect=0)
+def _sql_markup_name(env):
+    run = env.cli("sql", _hostile_store(env), "SELECT DISTINCT name FROM kernels WHERE kind <> 'comm'")
+    return _printed_plainly(run, "k[/x][bold red]red\\x1b]0;pwned\\x07\\x1b[31mX")
+
+
+@case("sql", "a column named with rich markup ('[/x]')", expect=0)
+def _sql_markup_column(env):
+    return _printed_plainly(env.cli("sql", env.inputs["synthetic"], 'SELECT 1 AS "[/x]"'), "[/x]")
+
+
+@case("diff", "a kernel name with rich markup and terminal escapes: printed as text", expect=0)
+def _diff_markup_name(env):
+    run = env.cli("diff", env.inputs["synthetic"], _hostile_store(env), watch=[env.tmp])
+    return _printed_plainly(run, "k[/x][bold red]red\\x1b]0;pwned\\x07")
+
+
+@case("attribute", "a kernel name with rich markup and terminal escapes: printed as text", expect=0)
+def _attribute_markup_name(env):
+    return _printed_plainly(env.cli("attribute", _hostile_store(env), watch=[env.tmp]), "k[/x][bold")  # cell folds
+
+
+@case("sql", "--format json over NaN and infinities (also inside lists, maps and structs): null, valid JSON", expect=0)
+def _sql_json_not_finite(env):
+    query = ("SELECT 'nan'::DOUBLE AS a, '-inf'::DOUBLE AS b, ['inf'::DOUBLE, 1.5] AS c, "
+             "MAP {'k': 'nan'::DOUBLE} AS m, {'x': 'inf'::DOUBLE} AS st")
+    run = env.cli("sql", env.inputs["synthetic"], query, "--format", "json")
+    if run.rc == 0:
+        try:
+            rows = json.loads(run.out, parse_constant=lambda c: (_ for _ in ()).throw(ValueError(c)))
+            assert rows == [{"a": None, "b": None, "c": [None, 1.5], "m": [["k", None]], "st": {"x": None}}], rows
+        except (ValueError, AssertionError) as exc:
+            run.err += f"\ntraceql: not the JSON expected: {exc}"
+            run.rc = 99
+    return run
+
+
+@case("paper", "a run whose modes hold communication and no compute kernel: the figures that divide by compute time "
+      "are left out (no ZeroDivisionError)", expect=0)
+def _paper_no_compute(env):
+    s = env.path("comm_only")
+    nvtx, comm = [], []
+    for m, mode in enumerate(("compute_only", "comm_only", "overlapped", "sequential")):
+        t = m * 50_000
+        nvtx.append(dict(start_ns=t, end_ns=t + 40_000, text=f"mode:{mode}", depth=0))
+        for i in range(3):
+            nvtx.append(dict(start_ns=t + i * 10_000, end_ns=t + i * 10_000 + 9000, text=f"iter {i}", depth=1))
+            if mode != "compute_only":
+                comm.append(dict(start_ns=t + i * 10_000 + 1000, end_ns=t + i * 10_000 + 3000, kind="comm", ctas=4,
+                                 correlation_id=len(comm) + 1, stream_id=9))
+    make_store(s, nvtx=nvtx, kernels=comm, runtime_api=launches(comm))
+    run = env.cli("paper", s, watch=[env.tmp])
+    if run.rc == 0 and "comm_slowdown" not in run.out:
+        run.err += "\ntraceql: expected the communication figures"
+        run.rc = 99
+    return run
+
+
+@case("report", "a recipe of one's own whose chart reads a column its query does not give (no KeyError)",
+      words=("reads the column", "total_ns", "give the query that column"))
+def _rep_chart_missing_column(env):
+    recipe = env.path("mine.toml")
+    recipe.write_text('title = "mine"\n[[section]]\ntitle = "wrong columns"\nscope = "run"\nchart = "kernel_time"\n'
+                      'table = "totals"\n[section.queries]\ntotals = { sql = "SELECT run_id, device_id, count(*) AS n '
+                      'FROM kernels GROUP BY ALL" }\n')
+    return _report(env, env.inputs["synthetic"], "--recipe", recipe, named=["kernel_time"])
+
+
+@case("overlap", "a kernel ending at 2^63 - 1 ns (sums over it overflow 64 bits): dropped, counted, the rest answered",
+      expect=0)
+def _ovl_time_overflow(env):
+    p = edited(env, "far.sqlite", f"UPDATE {KERNEL} SET start = 0, \"end\" = 9223372036854775807 WHERE rowid = "
+                                  f"(SELECT min(rowid) FROM {KERNEL})", src="contention")
+    return env.cli("overlap", p, watch=[env.tmp])
+
+
+@case("ingest", "a kernel ending at 2^63 - 1 ns: dropped and counted, the run ingested", expect=0,
+      words="at times no clock gives")
+def _kernel_far_end(env):
+    p = edited(env, "far.sqlite", f"UPDATE {KERNEL} SET start = 0, \"end\" = 9223372036854775807 WHERE rowid = "
+                                  f"(SELECT min(rowid) FROM {KERNEL})", src="contention")
+    out = env.path("out")
+    return env.cli("ingest", p, "-o", out, named=p, watch=out, grow=out)
+
+
+@case("overlap", "two bundled traces at once, whose exports give device ids as 32- and 64-bit integers", expect=0)
+def _ovl_two_traces(env):
+    run = env.cli("overlap", H200 / "overlap.sqlite.xz", env.inputs["contention_xz"], watch=[env.tmp])
+    if run.rc == 0 and not ("overlap.sqlite.xz" in run.out and "contention.sqlite.xz" in run.out):
+        run.err += "\ntraceql: expected a row of each trace"
+        run.rc = 99
+    return run
+
+
+@case("ingest", "--help: options labelled by what they take, without Python's types (<bool>, <list[str]>)", expect=0)
+def _help_no_python_types(env):
+    run = env.cli("ingest", "--help", env={"COLUMNS": "160"})
+    if run.rc == 0 and ("<bool>" in run.out or "list[" in run.out or "--label" not in run.out):
+        run.err += "\ntraceql: --help still shows Python's types"
+        run.rc = 99
+    return run
+
+
 def test_docs_list_every_case():
     """docs/reliability.md is generated from this suite (benchmarks/reliability_report.py): every case is in it, and
     its counts are this suite's, all clean."""

@@ -198,6 +198,6 @@ def json_safe(value):
         return None
     if isinstance(value, dict):
         return {k: json_safe(v) for k, v in value.items()}
-    if isinstance(value, list):
+    if isinstance(value, list | tuple):  # a map's entries come as (key, value) tuples
         return [json_safe(v) for v in value]
     return value

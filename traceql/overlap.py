@@ -25,6 +25,7 @@ from .executor import parse as parse_executor
 from .ingest import DEFERRABLE, ingest, read_intervals
 from .ingest.ncu import is_ncu_report
 from .queries_loader import create_views
+from .store import schema
 
 # the tables the overlap numbers read: a lazily ingested run's other tables stay in its export
 NEEDS = ("runs", "devices", "processes", "kernels", "memcpy", "memset")
@@ -74,6 +75,14 @@ def _checked(table: pa.Table, paths: list[Path]) -> pa.Table:
     return table
 
 
+def _as_stored(table: str, rows: pa.Table) -> pa.Table:
+    """``rows`` with the store's types for ``table`` (an export may give a column as int32 that another gives as int64:
+    the traces' tables are concatenated)."""
+    stored = schema.TABLES[table]
+    return rows.cast(pa.schema([pa.field(f.name, stored.field(f.name).type if f.name in stored.names else f.type)
+                                for f in rows.schema]))
+
+
 def _from_traces(paths: list[Path]) -> pa.Table:
     """Traces only, nothing kept: the columns the unions read, straight from each export into DuckDB (the same
     rows, screened alike, as a run directory's; the same views over them)."""
@@ -89,7 +98,7 @@ def _from_traces(paths: list[Path]) -> pa.Table:
     con = duck.connect()
     try:
         for table, parts in tables.items():
-            con.register(f"_read_{table}", pa.concat_tables(parts))
+            con.register(f"_read_{table}", pa.concat_tables([_as_stored(table, t) for t in parts]))
             con.execute(f'CREATE VIEW "{table}" AS SELECT * FROM "_read_{table}"')
         con.register("_read_runs", pa.Table.from_pylist(runs))
         con.execute('CREATE VIEW runs AS SELECT * FROM "_read_runs"')

@@ -10,6 +10,8 @@ import sys
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
+from .plain import cell
+
 
 def _fmt_ns(v: float | None) -> str:
     if v is None:
@@ -56,7 +58,7 @@ def render_attribution(result, fmt: str, limit: int = 25) -> str:
     width = shutil.get_terminal_size((220, 40)).columns if sys.stdout.isatty() else 220
     console = Console(file=buf, width=max(width, 100), color_system=None)
     for v in result.verdicts:
-        console.print(v["text"], markup=False)
+        console.print(cell(v["text"]))
     if result.verdicts:
         console.print("", markup=False)
     # a run by its file name, not its hash (the hash where two runs share a name)
@@ -70,11 +72,12 @@ def render_attribution(result, fmt: str, limit: int = 25) -> str:
     for r in result.summary.to_pylist():
         if r["nvtx"] is not None:
             continue
-        summary.add_row(names.get(r["run_id"], r["run_id"]), str(r["device_id"]), _fmt_ns(r["compute_ns"]),
-                        _fmt_ns(r["comm_ns"]), _fmt_ns(r["overlap_ns"]), _fmt_ns(r["exposed_comm_ns"]),
-                        "-" if r["hidden_comm_fraction"] is None else f"{r['hidden_comm_fraction']:.0%}",
-                        "-" if r["overlap_fraction"] is None else f"{r['overlap_fraction']:.1%}",
-                        _pct(r["compute_slowdown"]), f"{r['overlapped_kernels']}/{r['compute_kernels']}")
+        summary.add_row(*map(cell, (
+            names.get(r["run_id"], r["run_id"]), str(r["device_id"]), _fmt_ns(r["compute_ns"]),
+            _fmt_ns(r["comm_ns"]), _fmt_ns(r["overlap_ns"]), _fmt_ns(r["exposed_comm_ns"]),
+            "-" if r["hidden_comm_fraction"] is None else f"{r['hidden_comm_fraction']:.0%}",
+            "-" if r["overlap_fraction"] is None else f"{r['overlap_fraction']:.1%}",
+            _pct(r["compute_slowdown"]), f"{r['overlapped_kernels']}/{r['compute_kernels']}")))
     console.print(summary, markup=False)
     kernels = Table(title=f"activities by signature: compute beside communication first, then the most time lost "
                           f"(top {limit}; ms unless marked; slowdown with its 95% interval)", title_justify="left")
@@ -87,18 +90,18 @@ def render_attribution(result, fmt: str, limit: int = 25) -> str:
         what = (r["short_name"] or r["name"] or "")[:36]
         if r.get("mode") is not None:
             what += f" (mode {r['mode']})"
-        kernels.add_row(
+        kernels.add_row(*map(cell, (
             str(r["device_id"]), what, *(((r["nvtx"] or "")[:40],) if grouped else ()),
             f"{r['n_overlapped']}/{r['n']}", _fmt_ns(r["t0_ns"]), _fmt_ns(r["t1_ns"]), _interval(r), _lost(r),
             "-" if r["overlap_fraction"] is None else f"{r['overlap_fraction']:.2f}", r["corunner_kind"] or "-",
             "-" if r["corunner_sms"] is None else f"{r['corunner_sms']:.0f}",
-            _parts(r) if r["significant"] else "", r["class"], (r["reason"] or "")[:80])
+            _parts(r) if r["significant"] else "", r["class"], (r["reason"] or "")[:80])))
     console.print(kernels, markup=False)
     if len(overlapped) > limit:
         console.print(f"({len(overlapped) - limit} more overlapped rows: --limit, or --format csv|json for all)",
                       markup=False)
     for note in result.notes:
-        console.print(f"note: {note}", markup=False)
+        console.print(cell(f"note: {note}"))
     return buf.getvalue()
 
 
@@ -130,9 +133,10 @@ def render_overlap(table: pa.Table, fmt: str) -> str:
         name = names[r["run_id"]]
         if list(names.values()).count(name) > 1:
             name += f" ({r['run_id'][:8]})"
-        out.add_row(name, str(r["device_id"]), f"{r['span_ns'] / 1e6:.1f}",
-                    part(r, "compute_only_ns"), part(r, "comm_only_ns"), part(r, "overlap_ns"), part(r, "idle_ns"),
-                    "-" if r["comm_overlapped"] is None else f"{r['comm_overlapped']:.1%}",
-                    f"{r['compute_kernels']}/{r['comm_kernels']}")
+        out.add_row(*map(cell, (name, str(r["device_id"]), f"{r['span_ns'] / 1e6:.1f}",
+                                part(r, "compute_only_ns"), part(r, "comm_only_ns"), part(r, "overlap_ns"),
+                                part(r, "idle_ns"),
+                                "-" if r["comm_overlapped"] is None else f"{r['comm_overlapped']:.1%}",
+                                f"{r['compute_kernels']}/{r['comm_kernels']}")))
     console.print(out, markup=False)
     return buf.getvalue()

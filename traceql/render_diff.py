@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 
 from .diff_match import shape_change
+from .plain import cell
 
 FORMATS = ("table", "json", "csv")
 
@@ -57,7 +58,7 @@ def render_diff(d, fmt: str = "table", limit: int = 25, gate_lines: list[str] = 
     console = Console(file=buf, width=max(width, 100), color_system=None)
 
     def say(text: str = "") -> None:
-        console.print(text, markup=False, highlight=False)
+        console.print(cell(text))
 
     for side, info in (("A", d.a), ("B", d.b)):
         runs = ", ".join(f"{r['name']} ({r['run_id']})" for r in info["runs"])
@@ -75,8 +76,9 @@ def render_diff(d, fmt: str = "table", limit: int = 25, gate_lines: list[str] = 
     for r in d.metrics.to_pylist():
         if r["a"] is None and r["b"] is None:
             continue
-        per_device.add_row(r["device"], f"{r['metric']}", _num(r["a"], r["unit"]), _num(r["b"], r["unit"]),
-                           _delta(r), _pct(r["rel"]), {True: "yes", False: "no", None: "-"}[r["significant"]])
+        significant = {True: "yes", False: "no", None: "-"}[r["significant"]]
+        per_device.add_row(*map(cell, (r["device"], f"{r['metric']}", _num(r["a"], r["unit"]), _num(r["b"], r["unit"]),
+                                       _delta(r), _pct(r["rel"]), significant)))
     console.print(per_device)
     rows = d.kernels.to_pylist()
     grouped = any(r["nvtx"] for r in rows)
@@ -92,11 +94,11 @@ def render_diff(d, fmt: str = "table", limit: int = 25, gate_lines: list[str] = 
         change = _pct(r["change"])
         if r["change_lo"] is not None:
             change += f" [{_pct(r['change_lo'])}, {_pct(r['change_hi'])}]"
-        sigs.add_row(r["device"], what, *(((r["nvtx"] or "")[:40],) if grouped else ()), match,
-                     f"{r['n_a']}/{r['n_b']}", _ms(r["dur_a_ns"]), _ms(r["dur_b_ns"]), change, r["direction"],
-                     f"{_ms(r['time_a_ns'])} -> {_ms(r['time_b_ns'])}",
-                     f"{_pct(r['slowdown_a'])} -> {_pct(r['slowdown_b'])}",
-                     f"{r['class_a'] or '-'} -> {r['class_b'] or '-'}")
+        sigs.add_row(*map(cell, (r["device"], what, *(((r["nvtx"] or "")[:40],) if grouped else ()), match,
+                                 f"{r['n_a']}/{r['n_b']}", _ms(r["dur_a_ns"]), _ms(r["dur_b_ns"]), change,
+                                 r["direction"], f"{_ms(r['time_a_ns'])} -> {_ms(r['time_b_ns'])}",
+                                 f"{_pct(r['slowdown_a'])} -> {_pct(r['slowdown_b'])}",
+                                 f"{r['class_a'] or '-'} -> {r['class_b'] or '-'}")))
     console.print(sigs)
     if len(rows) > limit:
         say(f"({len(rows) - limit} more rows: --limit, or --format csv|json for all)")

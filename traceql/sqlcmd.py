@@ -16,7 +16,8 @@ import pyarrow.parquet as pq
 from . import duck, stopping
 from .analysis import needs_prepare, prepare
 from .errors import BadInputError, Interrupted, UsageError
-from .output import check_target, replacing
+from .output import check_target, json_safe, replacing
+from .plain import cell
 from .queries_loader import IDENTIFIER, identifiers, query_files
 from .store import connect, lock_files, schema
 
@@ -106,7 +107,7 @@ def run_sql(run_dirs: list[Path], sql: str, fmt: str, output: Path | None, stdou
         pacsv.write_csv(_flat(result), sink)
         text = sink.getvalue().to_pybytes().decode()
     elif fmt == "json":
-        text = json.dumps(result.to_pylist(), default=str, indent=1) + "\n"
+        text = json.dumps(json_safe(result.to_pylist()), default=str, indent=1, allow_nan=False) + "\n"
     else:
         text = render_table(result)
     if output:
@@ -131,9 +132,9 @@ def render_table(table: pa.Table, max_rows: int = 200) -> str:
 
     t = Table(show_lines=False)
     for name in table.column_names:
-        t.add_column(name, overflow="fold")
+        t.add_column(cell(name), overflow="fold")
     for row in table.slice(0, max_rows).to_pylist():
-        t.add_row(*("NULL" if v is None else str(v) for v in row.values()))
+        t.add_row(*(cell("NULL" if v is None else v) for v in row.values()))
     buf = io.StringIO()
     Console(file=buf, width=200, color_system=None).print(t)
     text = buf.getvalue()

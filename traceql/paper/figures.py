@@ -88,8 +88,8 @@ def combine(fn: Callable[..., object], *ests: Est | None) -> Est:
     """``fn`` applied to the points and, where every input has replicates, to the replicates."""
     if any(e is None for e in ests):
         return Est(NAN)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        point = float(fn(*(e.point for e in ests)))
+    with np.errstate(divide="ignore", invalid="ignore"):  # x / 0 is inf or NaN (undefined, below), never an error
+        point = float(fn(*(np.float64(e.point) for e in ests)))
         reps = None
         if all(e.reps is not None for e in ests):
             reps = np.asarray(fn(*(e.reps for e in ests)), dtype=np.float64)

@@ -6,6 +6,8 @@ import math
 
 import pyarrow as pa
 
+from ..plain import plain
+
 # how each figure reads: all are relative (slowdowns, ratios, efficiencies), shown in percent
 UNITS = {"iter_ns": "ms", "compute_ns": "ms", "comm_ns": "ms", "energy_per_iter_j": "J", "mean_power_w": "W",
          "peak_power_w": "W"}
@@ -132,7 +134,7 @@ def render(result, fmt: str, table: str | None = None) -> str:
 
 def aligned(table: pa.Table) -> str:
     cols = table.column_names
-    cells = [[("–" if v is None else str(v)) for v in row.values()] for row in table.to_pylist()]
+    cells = [[("–" if v is None else plain(v)) for v in row.values()] for row in table.to_pylist()]
     widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(cols)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(cols, widths, strict=True)).rstrip()]
     lines.append("  ".join("-" * w for w in widths))

@@ -13,6 +13,7 @@ import math
 
 import pyarrow as pa
 
+from ..errors import BadInputError
 from ..output import json_safe
 from ..version import __version__
 from . import vega
@@ -97,9 +98,12 @@ class _Page:
         self.parts: list[str] = []
         self.specs: list[dict] = []
 
-    def chart(self, section_chart: str, tables: dict[str, pa.Table], options: dict) -> None:
+    def chart(self, section_chart: str, tables: dict[str, pa.Table], options: dict, title: str = "") -> None:
         with named_data() as datasets:
-            chart = CHARTS[section_chart].fn(tables, options)
+            try:
+                chart = CHARTS[section_chart].fn(tables, options)
+            except KeyError as exc:
+                raise _missing_column(section_chart, title, tables, exc) from None
             if chart is None:
                 self.parts.append('<p class="empty">nothing to draw for this run</p>')
                 return
@@ -108,6 +112,17 @@ class _Page:
             spec.setdefault("datasets", {}).update(json_safe(datasets))
         self.specs.append(json_safe(spec))
         self.parts.append(f'<div class="chart" id="chart-{len(self.specs) - 1}"></div>')
+
+
+def _missing_column(chart: str, title: str, tables: dict[str, pa.Table], exc: KeyError) -> Exception:
+    """A chart that read a column its section's queries do not give (a recipe of the user's): bad input naming the
+    chart, the column and the columns there are; any other KeyError as it was (a fault of the chart's)."""
+    column = exc.args[0] if exc.args else None
+    if not isinstance(column, str) or any(column in t.column_names for t in tables.values()):
+        return exc
+    given = "; ".join(f"{name}: {', '.join(t.column_names) or 'no columns'}" for name, t in tables.items())
+    return BadInputError(f"section {title!r}: chart {chart!r} reads the column {column!r}, which the section's "
+                         f"queries do not give ({given}); give the query that column, or choose another chart")
 
 
 def _section(page: _Page, res: SectionResult) -> None:
@@ -122,7 +137,7 @@ def _section(page: _Page, res: SectionResult) -> None:
         if label is not None:
             page.parts.append(f"<h3>{html.escape(label)}</h3>")
         if s.chart:
-            page.chart(s.chart, tables, s.options)
+            page.chart(s.chart, tables, s.options, s.title)
         if s.table:
             page.parts.append(render_table(tables[s.table], s.columns, s.limit))
     page.parts.append("</section>")

@@ -1,12 +1,12 @@
 """Odd rows of a normalized table, dropped at ingest and counted, never silently.
 
-A profiler's export can hold rows no GPU produced as written: an activity whose end precedes its start or
-that has no time at all (a record cut off when the collection stopped, a damaged file), whose times are so far apart
-that its duration does not fit 64 bits, the same row twice (an export merged or appended twice), an activity on a
-negative device id. Each such row would bend every sum
-downstream (a negative duration shortens a union, a duplicate overlaps its own copy), so ingest drops it and
-counts it under a stable key ``<table>.<reason>``; the counts go to the run's ``repairs`` (run.json, the manifest
-and the ``runs`` table) and to the ingest's warnings. Nothing here depends on which trace is read.
+A profiler's export can hold rows no GPU produced as written: an activity whose end precedes its start or that has
+no time at all (a record cut off when the collection stopped, a damaged file), at a time 2^62 ns or more from zero
+(no clock gives it; its duration, or a sum over it, would not fit 64 bits), the same row twice (an export merged or
+appended twice), an activity on a negative device id. Each such row would bend every sum downstream (a negative
+duration shortens a union, a duplicate overlaps its own copy), so ingest drops it and counts it under a stable key
+``<table>.<reason>``; the counts go to the run's ``repairs`` (run.json, the manifest and the ``runs`` table) and to
+the ingest's warnings. Nothing here depends on which trace is read.
 """
 
 from __future__ import annotations
@@ -21,11 +21,13 @@ ACTIVITIES = ("kernels", "memcpy", "memset")
 INTERVALS = {"kernels": True, "memcpy": True, "memset": True, "runtime_api": True, "nvtx": False}
 # tables where a row repeated exactly is a duplicated record, not two events (a second launch differs in its times)
 DEDUPLICATED = ("kernels", "memcpy", "memset", "runtime_api")
+FAR_NS = 1 << 62  # a time this far from zero or farther is no clock's (146 years of nanoseconds)
 
 REASONS = {
     "no_time": "without a start or end time",
     "end_before_start": "ending before they start",
-    "beyond_range": "lasting longer than 64-bit nanoseconds hold (times no clock gives)",
+    "beyond_range": "at times no clock gives (lasting longer than 64-bit nanoseconds hold, or 2^62 ns, 146 years, or "
+                    "more from the clock's zero)",
     "duplicate": "duplicated",
     "no_device": "on a negative or missing device id",
     "unknown_metric": "of a metric the export does not describe",
@@ -45,9 +47,10 @@ def screen(table: str, data: pa.Table) -> tuple[pa.Table, dict[str, int]]:
     if INTERVALS[table]:
         odd["no_time"] = pc.or_(odd["no_time"], pc.is_null(end))
     odd["end_before_start"] = pc.fill_null(pc.less(end, start), False)
-    # end - start past 2^63 - 1 (a start far below zero): its duration would wrap around to a negative number
-    odd["beyond_range"] = pc.fill_null(pc.greater(end, pc.add(pa.scalar(np.iinfo(np.int64).max, pa.int64()),
-                                                              pc.min_element_wise(start, 0))), False)
+    # a time 2^62 ns or more from zero, either way: end - start would wrap around 64 bits past 2^63 - 1 (a start far
+    # below zero), and a time plus another time or a duration (an offset, an end, a sum) would overflow in SQL. Any
+    # difference or sum of two times within it fits 64 bits
+    odd["beyond_range"] = pc.or_(_far(start), _far(end))
     if table in ACTIVITIES:
         odd["no_device"] = pc.fill_null(pc.less(data.column("device_id"), 0), True)
     keep = None
@@ -63,6 +66,11 @@ def screen(table: str, data: pa.Table) -> tuple[pa.Table, dict[str, int]]:
         if dupes:
             counts[f"{table}.duplicate"] = dupes
     return data, counts
+
+
+def _far(times: pa.ChunkedArray) -> pa.ChunkedArray:
+    """Whether each time is 2^62 ns or more from zero (False where it is missing)."""
+    return pc.fill_null(pc.or_(pc.greater_equal(times, FAR_NS), pc.less_equal(times, -FAR_NS)), False)
 
 
 def _deduplicated(data: pa.Table) -> tuple[pa.Table, int]:

@@ -1,0 +1,45 @@
+"""Text from traces printed as it is: kernel names (C++ names carry brackets), NVTX texts, labels and paths reach the
+terminal as plain text, never as rich markup nor as terminal control sequences.
+
+rich reads ``[bold red]`` in a string as a style (the text vanishes into it) and fails on ``[/x]``, a closing tag
+that closes nothing; a terminal obeys the escape sequences in what it is sent (ANSI colours, OSC window titles and
+links, cursor moves). :func:`plain` escapes every control character (ESC prints as the four characters ``\\x1b``, a
+newline as ``\\n``), the line and paragraph separators, and the bidirectional controls that reorder what is shown;
+:func:`cell` hands the result to rich as a ``Text``, which rich never parses for markup. Every table printer
+(``sql``, ``attribute``, ``overlap``, ``diff``, ``paper``) goes through them; data formats (CSV, JSON, Parquet)
+keep values exactly.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+
+# bidirectional embeddings, overrides and isolates, and the marks: they reorder or hide what follows them
+_BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def plain(value: object) -> str:
+    """``value`` as text a terminal shows as it is: control characters (and line separators, bidirectional
+    controls) escaped as Python writes them in a string (``\\x1b``, ``\\n``, ``\\u202e``); everything else kept."""
+    text = value if isinstance(value, str) else str(value)
+    if text.isprintable():  # no control character at all: the common case
+        return text
+    return "".join(_escaped(c) for c in text)
+
+
+def _escaped(c: str) -> str:
+    if not (unicodedata.category(c) in ("Cc", "Zl", "Zp") or c in _BIDI):
+        return c
+    if c in _NAMED:
+        return _NAMED[c]
+    code = ord(c)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def cell(value: object):
+    """``value`` as a rich ``Text`` of :func:`plain` text: a table cell, a column header or a printed line that rich
+    never reads as markup (nor as emoji codes)."""
+    from rich.text import Text
+
+    return Text(plain(value))
