@@ -333,6 +333,11 @@ def _write_run(trace: Path, export: Path, fmt: str, ident: _Identity, tmp: Path,
         if info.repairs:
             info.warnings.append(f"{trace}: dropped {screen.describe(info.repairs)} (counted in the runs table's "
                                  "repairs column)")
+        graphs = adapter.whole_graphs() if hasattr(adapter, "whole_graphs") else 0
+        if graphs:
+            info.warnings.append(f"{trace}: {graphs} CUDA graph launches were traced as whole graphs, so the kernels "
+                                 "inside them are not in the trace and nothing about them can be attributed; profile "
+                                 "with `nsys profile --cuda-graph-trace=node` (traceql collect does)")
         if not info.deferred and not any(info.tables.get(t) for t in EVENT_TABLES):
             raise BadInputError(f"{trace}: the trace holds no events (no kernels, copies, NVTX ranges, API calls "
                                 "or GPU metrics); was the program's work inside the collection range?")

@@ -177,6 +177,14 @@ class Adapter:
             "regs_per_thread": r["registersPerThread"], **classes})
 
     @_reads("CUPTI_ACTIVITY_KIND_KERNEL", "StringIds", "TARGET_INFO_CUDA_DEVICE")
+    def whole_graphs(self) -> int:
+        """CUDA graph launches that nsys traced as whole graphs (``--cuda-graph-trace=graph``, its default): each is a
+        row of CUPTI_ACTIVITY_KIND_GRAPH_TRACE, and the kernels, copies and sets inside it are in no other table."""
+        if not self.has("CUPTI_ACTIVITY_KIND_GRAPH_TRACE"):
+            return 0
+        rel, _ = self.load("CUPTI_ACTIVITY_KIND_GRAPH_TRACE", ["start", "end", "graphId"])
+        return int(self.con.sql(f"SELECT count(*) FROM {rel}").fetchall()[0][0])
+
     def kernel_intervals(self) -> pa.Table | None:
         """What unions of kernels read, and no more: each kernel's device, times and kind (classified from its
         name), with the ids that tell a duplicated record; the same rows and values as :meth:`kernels`."""
