@@ -21,6 +21,12 @@ and ``optimizer`` ranges (``pp``: ``forward``, ``backward`` per step), and the f
 mode switch inside ``warmup;parallel=P;mode=NAME``. Backward kernels are launched by autograd's own
 thread: group them by time (the ``mode:`` range), not by the launching thread.
 
+A known straggler: ``--slow-rank R --slow-steps 1,3`` makes rank R slow in those measured steps of every mode
+(their case ranges carry ``slow=1`` on every rank; the others ``slow=0``): at the step's start it launches, on a
+stream of its own, a spin kernel holding ``--slow-sm-share`` of the SMs (one 1024-thread CTA per SM) for
+``--slow-ms``, so its compute runs on the other SMs and it arrives late at the step's collectives; the step then
+waits for the spin kernel to end, so the next step starts clean.
+
 Run: ``python collectors/train.py --parallel ddp`` (spawns one process per GPU) or under torchrun.
 """
 
@@ -49,6 +55,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=6, help="measured steps per mode")
     p.add_argument("--warmup", type=int, default=2, help="steps before the measured part (and one per mode switch)")
     p.add_argument("--profile-range", action="store_true")
+    p.add_argument("--slow-rank", type=int, default=-1, help="a rank made slow in --slow-steps (-1: none)")
+    p.add_argument("--slow-steps", default="", help="comma list of measured step numbers in which it is slow")
+    p.add_argument("--slow-sm-share", type=float, default=0.5, help="share of the SMs its co-runner holds")
+    p.add_argument("--slow-ms", type=float, default=100.0, help="how long its co-runner holds them (ms)")
     args = p.parse_args(argv)
     bad = set(args.modes.split(",")) - set(MODES)
     if bad:
@@ -200,6 +210,10 @@ def run(args) -> None:
     if args.profile_range:
         torch.cuda.cudart().cudaProfilerStart()
     labels = dict(layers=args.layers, dim=args.dim)
+    slow_steps = {int(s) for s in args.slow_steps.split(",") if s.strip()}
+    straggle = _straggler(torch, args) if rank == args.slow_rank and slow_steps else None
+    if args.slow_rank >= 0:
+        labels["slow_rank"] = args.slow_rank
     for mode in args.modes.split(","):
         _Mode.name = mode
         dist.barrier()
@@ -209,8 +223,14 @@ def run(args) -> None:
             torch.cuda.synchronize()
         with nvtx_range(f"mode:{mode}"):
             for s in range(args.steps):
-                with case_range("train", parallel=args.parallel, mode=mode, step=s, **labels):
+                slow = {"slow": int(s in slow_steps)} if args.slow_rank >= 0 else {}
+                with case_range("train", parallel=args.parallel, mode=mode, step=s, **labels, **slow):
+                    if straggle is not None and s in slow_steps:
+                        with nvtx_range("co-runner"):
+                            held = straggle()
                     loss = step()
+                    if straggle is not None and s in slow_steps:
+                        held.synchronize()
             torch.cuda.synchronize()
     if args.profile_range:
         torch.cuda.cudart().cudaProfilerStop()
@@ -219,6 +239,45 @@ def run(args) -> None:
               f"{torch.cuda.max_memory_allocated() / 2**30:.1f} GiB peak on GPU {local}, modes {args.modes}")
     dist.barrier()
     dist.destroy_process_group()
+
+
+SPIN = r"""
+extern "C" __global__ void __launch_bounds__(1024, 1)
+spin_hold(unsigned long long duration_ns, int *sink) {
+    extern __shared__ int smem[];
+    unsigned long long start, now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+    now = start;
+    int spins = 0;
+    while (now - start < duration_ns) {
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+        ++spins;
+    }
+    if (spins == -1) sink[threadIdx.x] = smem[threadIdx.x];  // never true: keeps the shared memory allocated
+}
+"""
+
+
+def _straggler(torch, args):
+    """A function that launches the straggler's co-runner on its own stream and returns that stream: a spin kernel
+    of one 1024-thread CTA per SM (more than half an SM's shared memory each) on ``--slow-sm-share`` of the SMs."""
+    import cupy as cp
+
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    rt = cp.cuda.runtime.getDeviceProperties(torch.cuda.current_device())
+    smem = min(int(rt["sharedMemPerBlockOptin"]), int(rt["sharedMemPerMultiprocessor"] * 0.7) // 1024 * 1024)
+    kernel = cp.RawModule(code=SPIN).get_function("spin_hold")
+    kernel.max_dynamic_shared_size_bytes = smem
+    ctas = max(1, round(props.multi_processor_count * args.slow_sm_share))
+    sink = cp.zeros(1024, dtype=cp.int32)
+    stream = torch.cuda.Stream()
+    side = cp.cuda.ExternalStream(stream.cuda_stream)
+
+    def launch():
+        kernel((ctas,), (1024,), (cp.uint64(int(args.slow_ms * 1e6)), sink), shared_mem=smem, stream=side)
+        return stream
+
+    return launch
 
 
 def _data_parallel_step(torch, model, opt, tokens, nvtx_range):
