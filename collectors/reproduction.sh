@@ -13,7 +13,7 @@
 #   train_ddp_repeat   train_ddp's command again (run-to-run noise: the same program twice)
 #   train_ddp_ctas2    train_ddp's command with NCCL_MAX_CTAS=2 (one setting changed)
 #   train_ddp_straggler  train_ddp overlapped, 6 steps, rank GPUS-2 slowed in steps 1 and 3 by a co-runner holding
-#                      half its SMs (a known slow rank; not in the default steps)
+#                      60% of its SMs for 300 ms (a known slow rank; not in the default steps)
 # Usage: collectors/reproduction.sh [STEP...]   steps: overlap ddp fsdp2 pp pairs (= repeat ctas2) (default: all of them)
 # REPRO_SCALE=smoke runs every step small (a check of the scripts, about 2-3 minutes).
 # Results under $OUT (default ./out): the run store without the reports and GPU metrics (store_*.tar.xz), each run's nsys
@@ -72,7 +72,7 @@ run_step() {
     repeat) collect train_ddp_repeat 120 "$HZ" "${TRAIN[@]}" --parallel ddp ;;
     ctas2) NCCL_MAX_CTAS=2 collect train_ddp_ctas2 120 "$HZ" "${TRAIN[@]}" --parallel ddp ;;
     straggler) collect train_ddp_straggler 150 "$HZ" "${TRAIN[@]}" --parallel ddp --modes overlapped --steps 6 \
-                 --slow-rank $((GPUS - 2)) --slow-steps 1,3 --slow-sm-share 0.5 --slow-ms 100 ;;
+                 --slow-rank $((GPUS - 2)) --slow-steps 1,3 --slow-sm-share 0.6 --slow-ms 300 ;;
     *) echo "unknown step $1"; return 2 ;;
   esac
 }
