@@ -2580,6 +2580,32 @@ def _attribute_ctrl_c(env):
     return _ctrl_c_at_work(env, ["attribute", _overlap_store(env)], watch=[env.tmp])
 
 
+@case("attribute", "Ctrl-C as the command finishes (while it prints, while Python exits): exit 130 with one line, or 0 "
+      "with the whole output; never a silent 130 nor a death by SIGINT", expect=0)
+def _attribute_ctrl_c_at_the_end(env):
+    s = _overlap_store(env)
+    whole = env.child(["attribute", s])
+    proc = _spawn(["attribute", s])
+    _wait_for(lambda: _working(proc) or proc.poll() is not None)
+    started = time.monotonic()
+    proc.communicate(timeout=300)
+    span = time.monotonic() - started
+    for fraction in (0.85, 0.95, 1.0, 1.05, 1.15):
+        def interrupt(proc, fraction=fraction):
+            _wait_for(lambda: _working(proc) or proc.poll() is not None)
+            time.sleep(fraction * span)
+            proc.send_signal(signal.SIGINT)
+
+        run = env.child(["attribute", s], run=interrupt, watch=[env.tmp])
+        lines = run.err.strip().splitlines()
+        if not ((run.rc == 130 and len(lines) == 1 and "interrupted" in lines[0]) or
+                (run.rc == 0 and not lines and run.out == whole.out)):
+            run.err += f"\ntraceql: Ctrl-C at {fraction:.0%} of the work: exit {run.rc}, {len(lines)} line(s) on stderr"
+            run.rc = 99
+            return run
+    return whole
+
+
 @case("diff", "Ctrl-C while DuckDB computes: exit 130, one line (no 'Query interrupted' traceback)", expect=130,
       words="interrupted")
 def _diff_ctrl_c(env):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import functools
 import re
 import sys
 from collections.abc import Iterator
@@ -650,6 +651,25 @@ def _click_errors() -> tuple[type[Exception], ...]:
     return errors
 
 
+def _ctrl_c_anywhere() -> None:
+    """Ctrl-C anywhere in a command, past its own handlers (while it prints, say), is :class:`Interrupted`: one line
+    and exit code 130, where typer would turn it into the exit code alone, silently."""
+    def interruptible(fn):
+        @functools.wraps(fn)
+        def command(*args, **kwargs):
+            try:
+                return fn(*args, **kwargs)
+            except KeyboardInterrupt:
+                raise Interrupted("interrupted") from None
+        return command
+
+    for info in app.registered_commands:
+        info.callback = interruptible(info.callback)
+
+
+_ctrl_c_anywhere()
+
+
 def main() -> None:
     """Entry point: map traceql errors to their exit codes without tracebacks."""
     try:
@@ -659,8 +679,6 @@ def main() -> None:
         _err(str(exc))
         sys.exit(exc.exit_code)
     except typer.Exit as exc:
-        if isinstance(exc.__cause__, KeyboardInterrupt):  # typer's own Ctrl-C, past the commands' handlers: silent
-            _err("interrupted")
         sys.exit(exc.exit_code)
     except (typer.Abort, KeyboardInterrupt):
         _err("interrupted")

@@ -15,6 +15,7 @@ dies (``PR_SET_PDEATHSIG``), and everywhere a watchdog thread ends a worker whos
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import signal
@@ -120,8 +121,9 @@ def end_workers(pool: Any, grace: float = GRACE_S) -> None:
 
 @contextlib.contextmanager
 def on_sigterm() -> Iterator[None]:
-    """SIGTERM raises :class:`Terminated` in the main thread while the block runs (Python's default would end the
-    process at once, leaving temporary files and worker processes behind); elsewhere nothing changes."""
+    """SIGTERM raises :class:`Terminated` in the main thread while the block (a command) runs: Python's default would
+    end the process at once, leaving temporary files and worker processes behind. Once the command is done, Ctrl-C
+    no longer interrupts the interpreter's exit (:func:`_exiting`). Off the main thread nothing changes."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -134,6 +136,19 @@ def on_sigterm() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+        if not _exiting.registered:
+            atexit.register(_exiting)  # after the command's own exit handlers, so it runs before them
+            _exiting.registered = True
+
+
+def _exiting() -> None:
+    """At the process's exit, after a command: Ctrl-C is ignored. Its work is done and its output written; a
+    KeyboardInterrupt now would only break Python's exit (a signal death and no message, or a traceback from an exit
+    handler)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+_exiting.registered = False
 
 
 # -- in a worker process ----------------------------------------------------------------------------------------------
