@@ -55,7 +55,7 @@ collect() {
   echo "### $name: exit $? after $((SECONDS - t0)) s"
   ( rep="$S/reports/$name.nsys-rep"
     [ -f "$rep" ] || exit 0
-    nsys export -t sqlite --force-overwrite=true -o "$W/exports/$name.sqlite" "$rep" >/dev/null 2>&1 \
+    nsys export -t sqlite --force-overwrite=true --include-json=true -o "$W/exports/$name.sqlite" "$rep" >/dev/null 2>&1 \
       && xz -T4 -6 "$W/exports/$name.sqlite"
     cp "$S/reports/$name.power.parquet" "$W/exports/" 2>/dev/null ) &
 }

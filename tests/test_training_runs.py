@@ -11,6 +11,8 @@ arrived before the other.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import duckdb
 import pytest
 
@@ -91,3 +93,29 @@ def test_each_rank_waits_for_the_other(training, run):
     for v in doc["verdicts"]:
         if names[v["run_id"]] == run:
             assert f"was waiting for device {1 - v['device_id']} to arrive" in v["text"]
+
+
+def test_nccl_payloads_name_each_collective(tmp_path):
+    """A real 2-GPU trace exported with NCCL's NVTX payloads (tests/data/h200x2_training/nccl_payload.sqlite.xz: three
+    all-reduces each of 4, 16 and 64 MiB per rank, `nsys export --include-json=true`): every NCCL kernel gets its
+    call, communicator and message size; collectives are matched per communicator; a larger message takes longer to
+    transfer on every rank."""
+    import traceql
+    from traceql import analysis
+
+    data = Path(__file__).parent / "data" / "h200x2_training" / "nccl_payload.sqlite.xz"
+    traceql.ingest(data, tmp_path / "s")
+    con = traceql.connect(tmp_path / "s")
+    calls = con.sql("SELECT device_id, call, comm_id, message_bytes, reduction, count(*) FROM nccl_calls "
+                    "GROUP BY ALL ORDER BY ALL").fetchall()
+    assert [(d, b, n) for d, _, _, b, _, n in calls] == [(d, b, 3) for d in (0, 1) for b in (4 << 20, 16 << 20,
+                                                                                             64 << 20)]
+    assert {(c, r) for _, c, _, _, r, _ in calls} == {("ncclAllReduce", "Sum")} and len({c[2] for c in calls}) == 1
+    analysis.prepare(con)
+    waits = con.sql("SELECT device_id, message_bytes, count(*), median(transfer_ns) FROM collective_waits "
+                    "GROUP BY ALL ORDER BY ALL").fetchall()
+    assert [(d, b, n) for d, b, n, _ in waits] == [(d, b, 3) for d in (0, 1) for b in (4 << 20, 16 << 20, 64 << 20)]
+    for d in (0, 1):
+        transfer = [t for dev, _, _, t in waits if dev == d]
+        assert transfer == sorted(transfer) and transfer[0] < transfer[-1]
+    con.close()

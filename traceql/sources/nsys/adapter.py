@@ -303,15 +303,21 @@ class Adapter:
     def nvtx(self) -> pa.Table | None:
         if not self.has("NVTX_EVENTS"):
             return None
-        rel, p = self.load("NVTX_EVENTS", ["start", "end", "eventType", "text", "textId", "globalTid", "domainId"])
+        rel, p = self.load("NVTX_EVENTS", ["start", "end", "eventType", "text", "textId", "globalTid", "domainId",
+                                           "jsonText", "jsonTextId"])
         strings = self._strings()
         text_id = "r.textId" if "textId" in p else "NULL"
+        json_id = "r.jsonTextId" if "jsonTextId" in p else "NULL"
         domain = "r.domainId" if "domainId" in p else "0"
+        # a range's payload, where the export has it as JSON (`nsys export --include-json=true`): NCCL's ranges carry
+        # {"NCCL communicator ID": ..., "Message size [bytes]": ..., ...}; it joins the range's labels
         self.con.execute(f"""
             CREATE OR REPLACE TEMP VIEW nvtx_base AS
             SELECT r.start, r."end", r.eventType, COALESCE({self.ref(p, 'text')}, s.value) AS text,
-                   r.globalTid, {domain} AS domainId
-            FROM {rel} r LEFT JOIN {strings} s ON s.id = {text_id}""")
+                   r.globalTid, {domain} AS domainId,
+                   TRY_CAST(TRY_CAST(COALESCE({self.ref(p, 'jsonText')}, j.value) AS JSON) AS MAP(VARCHAR, VARCHAR))
+                       AS payload
+            FROM {rel} r LEFT JOIN {strings} s ON s.id = {text_id} LEFT JOIN {strings} j ON j.id = {json_id}""")
         # Depth of push/pop ranges within their thread: a running count of opens minus closes.
         return self.fetch(f"""
             WITH ranges AS (
@@ -329,14 +335,17 @@ class Adapter:
             domains AS (
                 SELECT domainId, any_value(text) AS domain FROM nvtx_base WHERE eventType = 75 GROUP BY domainId),
             parts AS (
-                SELECT rid, list_filter(string_split(text, ';'), lambda x: strpos(x, '=') > 1) AS kv FROM ranges)
+                SELECT rid, kv, CASE WHEN len(kv) > 0 THEN map_from_entries(list_transform(kv, lambda x: struct_pack(
+                            k := split_part(x, '=', 1), v := x[strpos(x, '=') + 1:]))) END AS labels
+                FROM (SELECT rid, list_filter(string_split(text, ';'), lambda x: strpos(x, '=') > 1) AS kv
+                      FROM ranges))
             SELECT (r.globalTid >> 24) << 24 AS global_pid, r.globalTid AS global_tid,
                    r.globalTid & {TID_MASK} AS tid, r.start AS start_ns, r."end" AS end_ns,
                    r."end" - r.start AS dur_ns, r.event_type, r.text, d.domain,
                    dp.depth::INT AS depth,
                    CASE WHEN r.text LIKE 'case:%' THEN split_part(split_part(r.text, ';', 1), ':', 2) END AS case_name,
-                   CASE WHEN len(pt.kv) > 0 THEN map_from_entries(list_transform(pt.kv, lambda x: struct_pack(
-                        k := split_part(x, '=', 1), v := x[strpos(x, '=') + 1:]))) END AS labels
+                   CASE WHEN len(pt.kv) > 0 AND cardinality(r.payload) > 0 THEN map_concat(pt.labels, r.payload)
+                        WHEN len(pt.kv) > 0 THEN pt.labels WHEN cardinality(r.payload) > 0 THEN r.payload END AS labels
             FROM ranges r LEFT JOIN depths dp USING (rid) LEFT JOIN domains d ON d.domainId = r.domainId
             LEFT JOIN parts pt USING (rid)
             ORDER BY global_tid, start_ns""")
