@@ -2552,9 +2552,10 @@ def _working(proc) -> bool:
         return False
 
 
-def _ctrl_c_at_work(env, args: list, **kw) -> Run:
-    """``traceql ARGS`` sent one Ctrl-C at a tenth, three tenths and half of its analysis (timed by a first run left
-    alone: DuckDB takes Ctrl-C for its own at some points and not at others); each must exit 130 with one line."""
+def _ctrl_c_at_work(env, args: list, sig: signal.Signals = signal.SIGINT, rc: int = 130, **kw) -> Run:
+    """``traceql ARGS`` sent one Ctrl-C (or ``sig``) at a tenth, three tenths and half of its analysis (timed by a first
+    run left alone: DuckDB takes Ctrl-C for its own at some points and not at others); each must exit ``rc`` with one
+    line."""
     proc = _spawn(args)
     _wait_for(lambda: _working(proc) or proc.poll() is not None)
     started = time.monotonic()
@@ -2564,14 +2565,20 @@ def _ctrl_c_at_work(env, args: list, **kw) -> Run:
         def interrupt(proc, fraction=fraction):
             _wait_for(lambda: _working(proc) or proc.poll() is not None)
             time.sleep(fraction * span)
-            proc.send_signal(signal.SIGINT)
+            proc.send_signal(sig)
 
         run = env.child(args, run=interrupt, **kw)
-        if run.rc != 130 or len(run.err.strip().splitlines()) != 1:
-            run.err += f"\ntraceql: Ctrl-C at {fraction:.0%} of the work: exit {run.rc}, stderr should be one line"
+        if run.rc != rc or len(run.err.strip().splitlines()) != 1:
+            run.err += f"\ntraceql: {sig.name} at {fraction:.0%} of the work: exit {run.rc}, stderr should be one line"
             run.rc = 99
             return run
     return run
+
+
+@case("attribute", "SIGTERM while DuckDB computes: exit 143, one line (Python's default ended it at once)", expect=143,
+      words="terminated")
+def _attribute_sigterm(env):
+    return _ctrl_c_at_work(env, ["attribute", _overlap_store(env)], signal.SIGTERM, 143, watch=[env.tmp])
 
 
 @case("attribute", "Ctrl-C while DuckDB computes: exit 130, one line (no 'Query interrupted' traceback)",
