@@ -3,7 +3,7 @@
 
     python benchmarks/attribute_bench.py [--kernels 10000000] [--devices 8] [--metrics-hz 10000] [--keep DIR]
                                          [--seed 0] [--views V1,V2 | --skip-views] [--timeout 1800]
-                                         [--max-spill-gib 16]
+                                         [--max-spill-gib 16] [--against REV]
 
 The run store is written directly as Parquet with the real schema (``traceql.store.schema.TABLES``, through
 ``schema.writer``), one file per table under ``DIR/runs/run_id=<run_id>/`` and a ``manifest.json`` in
@@ -29,6 +29,8 @@ fresh child (``SELECT max(COLUMNS(*))``, so that every column is computed) with 
 operators that took the most time are listed; a view that the plan reads several times shows its operators xN.
 Each child runs in a folder of its own, where DuckDB spills (``./.tmp``); it is stopped past ``--timeout`` seconds
 or once it has spilled more than ``--max-spill-gib``, so that a run which cannot finish does not fill the disk.
+The child imports traceql from this checkout (whatever is installed elsewhere). ``--against REV`` attributes the same
+store with traceql at git revision REV too (a temporary worktree), in the same way, and prints both side by side.
 Targets, for the default 10 M kernels on 8 GPUs with GPU metrics: attribute under 8 s and under 1.5 GiB peak RSS
 (stated for a 2-core machine). Exit status 0 when both are met, 2 when not.
 """
@@ -70,8 +72,9 @@ TARGET_RSS_MIB = 1536
 MIB = 1 << 20
 VIEWS = ("_activity_steps", "_metric_samples", "kernel_overlap", "kernel_metrics", "_activity_dram", "_corunner_dram",
          "kernel_instances", "kernel_signatures", "kernel_attribution", "device_summary")  # those that exist run
-ATTRIBUTE_CODE = ("import traceql.attribute as a; r = a.attribute([{dir!r}]); "
+ATTRIBUTE_CODE = ("import sys; sys.path.insert(0, {src!r}); import traceql.attribute as a; r = a.attribute([{dir!r}]); "
                   "print(r.kernels.num_rows, r.summary.num_rows)")
+CHECKOUT = Path(__file__).resolve().parent.parent
 
 
 # -- signatures -----------------------------------------------------------------------------------------------------
@@ -434,6 +437,7 @@ def main() -> int:
     ap.add_argument("--views", default=",".join(VIEWS), help="comma-separated views to profile (default: %(default)s)")
     ap.add_argument("--timeout", type=float, default=1800, help="stop a child after this many seconds")
     ap.add_argument("--max-spill-gib", type=float, default=16, help="stop a child that spills more than this to disk")
+    ap.add_argument("--against", metavar="REV", help="also attribute with traceql at this git revision, side by side")
     ap.add_argument("--profile-view", nargs=3, metavar=("RUN_DIR", "VIEW", "PROFILE_JSON"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.profile_view:
@@ -472,8 +476,27 @@ def main() -> int:
             print(f"generated {root} in {time.perf_counter() - t:.1f} s (peak RSS {gen_rss:.0f} MiB; "
                   f"{size / MIB:.0f} MiB of Parquet): " + ", ".join(f"{k} {v:,}" for k, v in rows.items() if v))
 
-        code = ATTRIBUTE_CODE.format(dir=str(root))
-        a = child([sys.executable, "-c", code], work / "attribute", args.timeout, args.max_spill_gib * 1024)
+        versions = {"this checkout": CHECKOUT}
+        if args.against:
+            tree = work / "against"
+            subprocess.run(["git", "-C", str(CHECKOUT), "worktree", "add", "--detach", "-q", str(tree), args.against],
+                           check=True)
+            versions[args.against] = tree
+        results = {}
+        for label, src in versions.items():
+            code = ATTRIBUTE_CODE.format(src=str(src), dir=str(root))
+            results[label] = child([sys.executable, "-c", code], work / f"attribute-{len(results)}", args.timeout,
+                                   args.max_spill_gib * 1024)
+        if args.against:
+            subprocess.run(["git", "-C", str(CHECKOUT), "worktree", "remove", "--force", str(versions[args.against])],
+                           check=False)
+            print(f"\n{'traceql':<16} {'wall s':>8} {'CPU s':>8} {'peak RSS MiB':>13}  "
+                  f"({rows.get('kernels', 0):,} kernels, {args.devices} devices, one after the other, fresh processes)")
+            for label, r in results.items():
+                state = "" if not r.killed and r.rc == 0 else f"  ({r.killed or f'exit code {r.rc}'})"
+                print(f"{label:<16} {r.wall_s:>8.1f} {r.cpu_s:>8.1f} {r.rss_mib:>13.0f}{state}")
+            print()
+        a = results["this checkout"]
         last = a.output.strip().splitlines()[-1] if a.output.strip() else ""  # after any DuckDB progress bars
         if a.killed:
             print(f"attribute: {a.killed}, after {a.wall_s:.0f} s (CPU {a.cpu_s:.0f} s, peak RSS {a.rss_mib:.0f} MiB, "
