@@ -338,8 +338,8 @@ def _split(idx: np.ndarray, f: dict):
         yield None, idx, None, False
         return
     labels = _modes(dur[iso])
-    if labels.max() <= 0:  # a continuum of sizes: no mode to join
-        yield None, idx, None, True
+    if labels.max() <= 0:  # a continuum of sizes: no duration mode to join, but the launch context may tell
+        yield from _by_context(idx, iso, f)
         return
     mode = dict(zip(iso.tolist(), labels.tolist(), strict=True))
     seen = {}
@@ -365,6 +365,30 @@ def _split(idx: np.ndarray, f: dict):
         yield m, idx[assigned == m], "duration mode", False
     if (assigned == -1).any():
         yield None, idx[assigned == -1], "duration mode", True
+
+
+def _by_context(idx: np.ndarray, iso: np.ndarray, f: dict):
+    """A mixture whose isolated durations are a continuum of sizes (no separate duration modes), split by the most
+    specific launch context instead (NVTX range text and occurrence in it: the k-th launch of a GEMM in a backward
+    pass is the same work in every step): each context whose isolated instances are one kind of work is a pool
+    (numbered by median duration, 0 the shortest) that the instances of that context join. Instances of a context
+    without isolated instances, or whose isolated instances are themselves a mixture, are conflated; so is the whole
+    signature when fewer than two contexts qualify."""
+    dur, text, occ = f["dur"], f["text"], f["occ"]
+    groups: dict[tuple[int, int], list[int]] = {}
+    for i in iso.tolist():
+        if text[i] >= 0 and occ[i] >= 0:
+            groups.setdefault((int(text[i]), int(occ[i])), []).append(i)
+    pure = {k: v for k, v in groups.items() if not is_mixture(dur[v])}
+    if len(pure) < 2:
+        yield None, idx, None, True
+        return
+    rank = {k: m for m, k in enumerate(sorted(pure, key=lambda k: (float(np.median(dur[pure[k]])), k)))}
+    assigned = np.array([rank.get((int(text[i]), int(occ[i])), -1) for i in idx.tolist()])
+    for m in sorted(set(assigned.tolist()) - {-1}):
+        yield m, idx[assigned == m], "launch context", False
+    if (assigned == -1).any():
+        yield None, idx[assigned == -1], "launch context", True
 
 
 def _join_siblings(idx: np.ndarray, assigned: np.ndarray, f: dict) -> None:
