@@ -508,16 +508,16 @@ def test_launch_contexts_read_a_few_threads_at_a_time_equal_one_scan(train_ddp_r
 
 
 def test_launch_contexts_cut_at_launch_times_equal_one_scan(train_ddp_run, monkeypatch):
-    """A thread's launches cut into scans exactly at launch times (every 500th API call's): a launch at a cut is read
-    once, by the later scan, and every table is that of one scan."""
+    """A scope's launches (a process's, by default) cut into scans exactly at launch times (every 500th API call's):
+    a launch at a cut is read once, by the later scan, and every table is that of one scan."""
     from traceql import engine
 
     monkeypatch.setenv("TRACEQL_MEMORY_LIMIT", "4GB")
     whole = _rows(train_ddp_run, "engine")
     monkeypatch.setattr(engine, "LAUNCH_BYTES", 4 * 10**9 // 2000)
 
-    def at_launches(con, run, tid, parts):
-        times = [t for (t,) in con.execute("SELECT start_ns FROM runtime_api WHERE run_id = $1 AND global_tid = $2 "
+    def at_launches(con, run, key, tid, parts):
+        times = [t for (t,) in con.execute(f"SELECT start_ns FROM runtime_api WHERE run_id = $1 AND {key} = $2 "
                                            "ORDER BY start_ns", [run, tid]).fetchall()]
         bounds = [None, *sorted(set(times[500::500])), None]
         return [engine._LaunchScan(run, tid, tid, a, b) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]

@@ -758,14 +758,14 @@ def _enclosing(con: duckdb.DuckDBPyConnection, view: str, ranges: str, occurrenc
 
     A scope's ranges are held whole; its launches are read and swept in windows (:func:`window_rows`), and the
     launches of each range instance and signature counted so far are carried from one window to the next."""
-    key, user = launch.rule_sql(con)
+    scope_col, user = launch.rule_sql(con)
 
     def scan(part: _LaunchScan | None) -> str:
         def only(alias: str) -> str:  # the threads of this scan
             if part is None:
                 return ""
             quoted = part.run.replace("'", "''")
-            return f"AND {alias}run_id = '{quoted}' AND {alias}{key} BETWEEN {part.first} AND {part.last}"
+            return f"AND {alias}run_id = '{quoted}' AND {alias}{scope_col} BETWEEN {part.first} AND {part.last}"
 
         def times() -> str:  # the launch times of this scan
             if part is None:
@@ -775,15 +775,15 @@ def _enclosing(con: duckdb.DuckDBPyConnection, view: str, ranges: str, occurrenc
 
         # a thread's ranges come with its first scan
         later = "" if part is None or part.after is None else "AND false"
-        return f"""SELECT run_id, {key} AS scope_id, 0 AS part, start_ns AS a, end_ns AS b, NULL::UBIGINT AS sig,
+        return f"""SELECT run_id, {scope_col} AS scope_id, 0 AS part, start_ns AS a, end_ns AS b, NULL::UBIGINT AS sig,
                           text
                    FROM nvtx WHERE {ranges} AND {user} AND start_ns IS NOT NULL AND end_ns IS NOT NULL
-                     AND {key} IS NOT NULL {only("")} {later}
+                     AND {scope_col} IS NOT NULL {only("")} {later}
                    UNION ALL
-                   SELECT r.run_id, r.{key}, 1, r.start_ns, a.activity_id, a.sig, NULL
+                   SELECT r.run_id, r.{scope_col}, 1, r.start_ns, a.activity_id, a.sig, NULL
                    FROM _activity_rows a JOIN runtime_api r
                      ON r.run_id = a.run_id AND r.global_pid = a.global_pid AND r.correlation_id = a.correlation_id
-                   WHERE r.{key} IS NOT NULL AND r.start_ns IS NOT NULL {only("r.")} {times()}"""
+                   WHERE r.{scope_col} IS NOT NULL AND r.start_ns IS NOT NULL {only("r.")} {times()}"""
 
     size = window_rows()
 
@@ -793,7 +793,7 @@ def _enclosing(con: duckdb.DuckDBPyConnection, view: str, ranges: str, occurrenc
         key, found, ranged = None, [], None
         for k, d in chain.from_iterable(
                 _pieces(con, scan(threads), "part, a, text, b", by="scope_id", batch_rows=min(size, BATCH_ROWS))
-                for threads in _launch_scans(con, key)):
+                for threads in _launch_scans(con, scope_col)):
             if k != key:
                 key, found, ranged = k, [], None
             n_ranges = int(np.searchsorted(d["part"], 1))
@@ -866,7 +866,7 @@ class _LaunchScan(NamedTuple):
     before: int | None = None
 
 
-def _launch_scans(con: duckdb.DuckDBPyConnection, key: str) -> list[_LaunchScan | None]:
+def _launch_scans(con: duckdb.DuckDBPyConnection, key: str = "global_tid") -> list[_LaunchScan | None]:
     """The launch contexts' scan (a join of every launch with its API call, sorted by thread) cut into scans of at
     most one launch per ``LAUNCH_BYTES`` of a memory cap each: consecutive threads of a run, and a thread with more
     cut by launch time (at approximate quantiles of its API calls' times: any cut gives the same rows, a scan after
