@@ -386,6 +386,18 @@ def _repaired(env, name, *sql, rebuild=(), extra=()):
     return env.cli("ingest", p, "-o", out, *extra, named=p, watch=out, grow=out)
 
 
+@case("ingest", "CUDA graphs traced as whole graphs (their kernels absent): a warning naming the nsys option", expect=0,
+      words="--cuda-graph-trace=node")
+def _whole_graphs(env):
+    # the table nsys writes under its default --cuda-graph-trace=graph: one row per graph launch, no kernel rows
+    return _repaired(env, "graphs.sqlite",
+                     "CREATE TABLE CUPTI_ACTIVITY_KIND_GRAPH_TRACE (start INTEGER NOT NULL, end INTEGER NOT NULL, "
+                     "deviceId INTEGER, streamId INTEGER, correlationId INTEGER, globalPid INTEGER, graphId INTEGER, "
+                     "graphExecId INTEGER)",
+                     f"INSERT INTO CUPTI_ACTIVITY_KIND_GRAPH_TRACE SELECT start, \"end\", deviceId, streamId, "
+                     f"correlationId, globalPid, 7, 1 FROM {KERNEL} WHERE rowid % 50 = 0")
+
+
 @case("ingest", "kernels ending before they start: dropped, counted", expect=0, words="ending before they start")
 def _kernels_end_before_start(env):
     return _repaired(env, "backwards.sqlite", f'UPDATE {KERNEL} SET "end" = start - 10 WHERE rowid % 7 = 0')
