@@ -50,3 +50,9 @@ def test_calibration_is_fitted_on_the_calibration_set_alone(tmp_path):
         else:
             assert float(expected) == round(value, 6), name
     assert abs(validate.calibrate(rows)["cache_in_overlap"] - kappa) < 1e-3
+
+
+def test_training_coverage_in_the_doc_is_what_the_code_gives(tmp_path):
+    """docs/validation.md's coverage table of the real training runs is the one the committed traces give."""
+    doc = (ROOT / "docs/validation.md").read_text()
+    assert validate.coverage_table(validate.coverage_rows(tmp_path)) in doc
