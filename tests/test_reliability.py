@@ -2087,6 +2087,64 @@ def _col_timeout(env):
     return _collect_child(env, ["sleep", "120"], "--timeout", "2")
 
 
+def _debian_nsys(env, importer: bool) -> Path:
+    """Debian's nsight-systems as shipped, in a folder of this case: bin/nsys links to target-linux-x64/nsys, a link
+    to the real binary in another tree (x86_64-linux-gnu), where nsys looks for its host tools beside it and finds
+    none; the host folder (with QdstrmImporter when ``importer``) sits beside bin/. The fake nsys, like the real one
+    without its importer, leaves only ``OUT.qdstrm``; its export writes the bundled SQLite export of cpu_nvtx, and the
+    importer writes the .nsys-rep it is asked for (the import logic, on any machine, without root)."""
+    root = env.path("debian")
+    shared, arch = root / "usr/lib/nsight-systems", root / "usr/lib/x86_64-linux-gnu/nsight-systems"
+    for folder in (shared / "bin", shared / "host-linux-x64", arch / "target-linux-x64"):
+        folder.mkdir(parents=True)
+    real = arch / "target-linux-x64" / "nsys"
+    real.write_text(f"""#!/bin/sh
+if [ "$1" = --version ]; then echo "NVIDIA Nsight Systems version 2022.4.2.1-df9881f"; exit 0; fi
+cmd="$1"
+while [ "$#" -gt 1 ]; do [ "$1" = -o ] && out="$2"; shift; done
+if [ "$cmd" = profile ]; then
+  printf 'raw collection' > "$out.qdstrm"
+  echo "Importer error status: The importer binary and its dependencies were not found." >&2
+  exit 0
+fi
+cp "{env.inputs['cpu_nvtx']}" "$out"
+""")
+    (shared / "target-linux-x64").symlink_to("../x86_64-linux-gnu/nsight-systems/target-linux-x64")
+    (shared / "bin" / "nsys").symlink_to("../target-linux-x64/nsys")
+    if importer:
+        imp = shared / "host-linux-x64" / "QdstrmImporter"
+        imp.write_text(f"""#!/bin/sh
+while [ "$#" -gt 0 ]; do [ "$1" = -i ] && src="$2"; [ "$1" = -o ] && out="$2"; shift; done
+grep -q 'raw collection' "$src" || exit 1
+cp "{env.inputs['cpu_rep']}" "$out"
+""")
+        imp.chmod(0o755)
+    real.chmod(0o755)
+    return shared / "bin" / "nsys"
+
+
+@case("collect", "Debian's nsight-systems as shipped: nsys leaves a .qdstrm (no importer where it looks); collect "
+      "imports it with the installation's QdstrmImporter and ingests the report", expect=0,
+      words=("importing r.qdstrm with", "host-linux-x64/QdstrmImporter", "NVTX events"))
+def _col_debian_importer(env):
+    nsys = _debian_nsys(env, importer=True)
+    out = env.path("store")
+    run = env.cli("collect", "-o", out, "--name", "r", "--", "true", watch=[out], grow=[out],
+                  env={**_no_gpu(env), "TRACEQL_NSYS": str(nsys)})
+    if run.rc == 0:  # the report in place of the raw collection, and its run in the store
+        assert (out / "reports" / "r.nsys-rep").is_file() and not (out / "reports" / "r.qdstrm").exists()
+        assert len(json.loads((out / "manifest.json").read_text())["runs"]) == 1
+    return run
+
+
+@case("collect", "Debian's nsight-systems as shipped, and no QdstrmImporter in its installation: the link to add",
+      words=("ln -s", "x86_64-linux-gnu/nsight-systems/host-linux-x64", "QdstrmImporter -i"))
+def _col_debian_no_importer(env):
+    nsys = _debian_nsys(env, importer=False)
+    return env.cli("collect", "-o", env.path("store"), "--name", "r", "--", "true", named=nsys,
+                   env={**_no_gpu(env), "TRACEQL_NSYS": str(nsys)})
+
+
 # -- overlap: traces it cannot answer from; lazily ingested stores whose export changed --------------------------
 
 def overlap(env: Env, *inputs, watch=()) -> Run:

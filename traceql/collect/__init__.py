@@ -28,7 +28,7 @@ from .. import store
 from ..errors import BadInputError, NsysNotFoundError, TraceqlError, UsageError
 from ..output import check_folder
 from ..sources.ncu.derive import FLOP_OPS, SASS_COUNT
-from ..sources.nsys.locate import INSTALL_GLOBS, candidates, find_nsys, nsys_version
+from ..sources.nsys.locate import INSTALL_GLOBS, candidates, expected_host_dir, find_importer, find_nsys, nsys_version
 from . import proctree
 
 ENV_RECORDED = re.compile(r"^(NCCL_|CUDA_|TORCH_|NVSHMEM_|OMP_NUM_THREADS$|WORLD_SIZE$|LOCAL_WORLD_SIZE$|MASTER_"
@@ -256,6 +256,8 @@ def collect(cmd: list[str], out: str | Path = "traceql-runs", *, name: str | Non
     if TOO_OLD in outcome.tail:
         raise BadInputError(f"{nsys} ({'.'.join(map(str, version))}) is too old to trace this program's CUDA "
                             f"(\"{TOO_OLD}\"); install a newer Nsight Systems and point TRACEQL_NSYS at it")
+    if not report.exists() and base.with_suffix(".qdstrm").exists():
+        import_qdstrm(nsys, base.with_suffix(".qdstrm"), report, log)
     if not report.exists():
         partial = sorted(reports.glob(f"{name}*.qdstrm"))
         hint = f"; the raw collection was kept as {partial[0]}" if partial else ""
@@ -289,6 +291,37 @@ def collect(cmd: list[str], out: str | Path = "traceql-runs", *, name: str | Non
     for warning in info.warnings:
         messages.append(f"warning: {warning}")
     return Collection(report, info.run_id, code, messages)
+
+
+def import_qdstrm(nsys: str, qdstrm: Path, report: Path, log=print) -> None:
+    """Turn the raw collection ``qdstrm`` into ``report`` with the installation's QdstrmImporter, as nsys does when it
+    finds its importer (Debian's nsight-systems package ships it where its nsys does not look); the ``.qdstrm`` is
+    removed once the report is written. No importer, or one that fails, is an error that says what to do."""
+    importer = find_importer(nsys)
+    expected = expected_host_dir(nsys)
+    by_hand = f"or import it by hand (`QdstrmImporter -i {qdstrm}`) and ingest the .nsys-rep"
+    if importer is None:
+        raise BadInputError(
+            f"nsys left the raw collection {qdstrm} and no report: it looks for its importer in {expected}/"
+            f"QdstrmImporter, which is missing, and no QdstrmImporter was found in the installation of {nsys} "
+            f"(resolved to {os.path.realpath(nsys)}). Add the link, e.g. for Debian's nsight-systems package "
+            f"`sudo ln -s /usr/lib/nsight-systems/host-linux-x64 {expected}` (the folder that holds QdstrmImporter), "
+            f"{by_hand}")
+    log(f"traceql: nsys did not find its importer ({expected}/QdstrmImporter); importing {qdstrm.name} with "
+        f"{importer}")
+    cmd = [str(importer), "-i", str(qdstrm), "-o", str(report), "-f"]
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=1800,
+                              start_new_session=True)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise BadInputError(f"{importer} could not import {qdstrm} ({exc}); {by_hand}") from None
+    if done.returncode != 0 or not report.exists():
+        lines = [line.strip() for line in (done.stderr + done.stdout).splitlines() if line.strip()]
+        detail = "".join(c if c.isprintable() else "?" for c in (lines[-1] if lines else ""))[:300]
+        report.unlink(missing_ok=True)
+        raise BadInputError(f"{importer} failed to import {qdstrm} (exit code {done.returncode}"
+                            f"{': ' + detail if detail else ''}); the raw collection was kept; {by_hand}")
+    qdstrm.unlink(missing_ok=True)
 
 
 @contextlib.contextmanager

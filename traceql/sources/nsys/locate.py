@@ -57,6 +57,46 @@ def find_nsys() -> str:
     )
 
 
+def _link_chain(path: str) -> list[Path]:
+    """``path`` and every path its symbolic links lead through, one hop at a time, ending at the real file."""
+    chain, seen = [Path(os.path.abspath(path))], set()
+    while chain[-1].is_symlink() and chain[-1] not in seen and len(chain) < 40:
+        seen.add(chain[-1])
+        target = Path(os.readlink(chain[-1]))
+        chain.append(Path(os.path.normpath(chain[-1].parent / target)))
+    # a link in a folder above the file resolves only with realpath
+    real = Path(os.path.realpath(path))
+    return chain if real in chain else [*chain, real]
+
+
+def expected_host_dir(nsys: str) -> Path:
+    """Where nsys looks for its host tools (QdstrmImporter among them): ``host-linux-x64`` beside the folder that holds
+    the real nsys binary, after every link is resolved."""
+    real = Path(os.path.realpath(nsys))
+    return real.parent.parent / "host-linux-x64"
+
+
+def find_importer(nsys: str) -> Path | None:
+    """The QdstrmImporter of the Nsight Systems installation that ``nsys`` belongs to, or None.
+
+    Looked for in the ``host-*`` folders (and the folder itself) beside each folder ``nsys`` and the links to it
+    pass through: an installation keeps it in ``host-linux-x64`` next to ``target-linux-x64`` or ``bin``; Debian's
+    package ships it in /usr/lib/nsight-systems/host-linux-x64 while its nsys binary resolves to
+    /usr/lib/x86_64-linux-gnu/nsight-systems/target-linux-x64, where nsys itself does not find it.
+    """
+    roots: list[Path] = []
+    for hop in _link_chain(nsys):
+        for root in (hop.parent, hop.parent.parent):
+            if root not in roots:
+                roots.append(root)
+    for root in roots:
+        for folder in [root, *sorted(root.glob("host-*"))]:
+            importer = folder / "QdstrmImporter"
+            if importer.is_file() and os.access(importer, os.X_OK):
+                return importer
+    return None
+
+
 def nsys_version(nsys: str) -> tuple[int, ...]:
     out = subprocess.run([nsys, "--version"], capture_output=True, text=True, errors="replace", timeout=60).stdout
     m = re.search(r"(\d{4})\.(\d+)(?:\.(\d+))?", out)
