@@ -344,6 +344,49 @@ def test_energy_bracket_holds_the_true_energy(start, length, sample_ms):
     assert lo - 1e-9 <= true <= hi + 1e-9 and extent == length
 
 
+def test_mean_power_never_exceeds_the_power_sampled_over_its_window(h200x2_all_store):
+    """Every committed 2 x H200 run's NVML samples, windows of 1 ms to 2 s across each run: the energy's point and its
+    bracket, over the window's duration, lie within the power sampled from the last sample at or before the window
+    to the first at or after it (a window of a few ms once got a mean power of several kW from samples under 710 W)."""
+    import traceql
+
+    con = traceql.connect(h200x2_all_store)
+    power = con.sql("SELECT run_id, device_id, ts_ns, power_w, energy_j FROM power "
+                    "ORDER BY run_id, device_id, ts_ns").fetchnumpy()
+    con.close()
+    run, dev, ts, watts = (np.asarray(power[c]) for c in ("run_id", "device_id", "ts_ns", "power_w"))
+    checked = 0
+    for key in sorted({(r, int(d)) for r, d in zip(run, dev, strict=True)}):
+        sel = (run == key[0]) & (dev == key[1])
+        t, p = ts[sel], watts[sel].astype(float)
+        for length in (1_000_000, 5_000_000, 20_000_000, 100_000_000, 2_000_000_000):
+            for start in np.linspace(t[0], t[-1] - length, 25).astype(np.int64):
+                got = energy([dict(run_id=key[0], device_id=key[1], start_ns=int(start), end_ns=int(start) + length)],
+                             power).get(key)
+                if got is None:  # past the last published value
+                    continue
+                first = np.searchsorted(t, start, side="right") - 1
+                last = np.searchsorted(t, start + length, side="left")
+                most, least = p[first:last + 1].max(), p[first:last + 1].min()
+                for joules in got[:3]:
+                    assert least - 1e-6 <= joules / (length / 1e9) <= most + 1e-6, (key, start, length, got, most)
+                checked += 1
+    assert checked > 1000
+
+
+def test_diff_mean_power_lies_within_the_samples(ddp_repeat, h200x2_all_store):
+    """diff's mean power of each device, over its steps, is at most the most power sampled on it."""
+    import traceql
+
+    con = traceql.connect(h200x2_all_store)
+    most = dict(con.sql("SELECT r.labels_json->>'name' || '/GPU ' || p.device_id, max(p.power_w) FROM power p "
+                        "JOIN runs r USING (run_id) GROUP BY ALL").fetchall())
+    con.close()
+    for r in ddp_repeat.summary.to_pylist():
+        for side, name in (("a", "train_ddp"), ("b", "train_ddp_repeat")):
+            assert 0 < r[f"mean_power_w_{side}"] <= most[f"{name}/{r['device']}"]
+
+
 # --- real runs: the overlap microbenchmark at NCCL_MAX_CTAS 2 and 8 (2 x H200) ----------------------------------
 
 

@@ -228,7 +228,8 @@ def energy(windows: list[dict], power: dict) -> dict[tuple[str, int], tuple[floa
     NVML publishes a new value every ~100 ms, which is longer than many steps, so the energy at a time t is only known
     to lie between the value of the last sample at or before t and the first value published after t (a value first
     seen at a sample whose previous sample is at or after t); a window's energy is bracketed by those bounds at its
-    two ends, and its point is the middle of the bracket.
+    two ends, narrowed to the least and most power sampled over the extent times its duration (so that the mean power,
+    energy / extent_ns, lies within the samples), and its point is the middle of the bracket.
     """
     out: dict = {}
     if not len(power["ts_ns"]):
@@ -256,6 +257,18 @@ def energy(windows: list[dict], power: dict) -> dict[tuple[str, int], tuple[floa
             continue
         (s_lo, s_hi), (e_lo, e_hi) = bounds
         lo, hi = max(0.0, e_lo - s_hi), e_hi - s_lo
+        # The counter's bracket spans up to two publishing intervals more than the extent: over a short extent its
+        # middle divided by the extent's duration is a mean power far above any sample (825 W from samples that peak
+        # at 165 W). The power sampled from the last sample at or before the start to the first at or after the end
+        # bounds the extent's energy too: the bracket is clipped to [least, most sampled power] x duration (where the
+        # counter and the samples disagree, the samples win, so that the mean power never leaves them).
+        first = max(int(np.searchsorted(t, start, side="right")) - 1, 0)
+        last = min(int(np.searchsorted(t, end, side="left")), len(t) - 1)
+        covering = p[first:last + 1]
+        if len(covering) and not np.isnan(covering).all():
+            seconds = (end - start) / 1e9
+            least, most = float(np.nanmin(covering)) * seconds, float(np.nanmax(covering)) * seconds
+            lo, hi = min(max(lo, least), most), min(max(hi, least), most)
         out[key] = ((lo + hi) / 2, lo, hi, int(end - start))
     return out
 
