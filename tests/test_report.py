@@ -193,6 +193,39 @@ def test_slowdown_chart_stacks_parts_that_add_up_to_each_slowdown(overlap_report
     assert spec["encoding"]["x"]["aggregate"] == "sum" and spec["encoding"]["color"]["field"] == "part"
 
 
+def test_slowdown_chart_ranks_by_time_lost_and_no_label_reads_none():
+    """A sub-µs memset 2.5x as long (no grid, no NVTX range) loses 30 µs; a GEMM 8% slower loses 1.8 ms, a
+    kernel 90% slower 0.1 ns: the GEMM leads, the negligible one is left out, and no label says "None"."""
+    import pyarrow as pa
+
+    base = dict(run="r", run_id="r1", device_id=0, nvtx=None, activity="kernel", significant=True, residual=0.0,
+                sm=0.0, dram_bw=0.0, cache=0.0, clock=0.0, link=0.0)
+    rows = [dict(base, name="[CUDA memset]", short_name="[CUDA memset]", activity="memset", grid=None,
+                 slowdown=1.5, sum_t0_ns=20_000.0, residual=1.5, **{"class": "unexplained"}),
+            dict(base, name="tiny", short_name="tiny", grid="1x1x1", slowdown=0.9, sum_t0_ns=0.1, residual=0.9,
+                 **{"class": "unexplained"}),
+            dict(base, name="nvjet_gemm", short_name="nvjet_gemm", grid="2x66x1", nvtx="step", slowdown=0.08,
+                 sum_t0_ns=22_500_000.0, sm=0.08, **{"class": "sm"})]
+    spec = CHARTS["slowdown_parts"].fn({"kernels": pa.Table.from_pylist(rows)}, {"top": 20}).to_dict()
+    (values,) = _datasets(spec)
+    order = list(dict.fromkeys(v["kernel"] for v in values))
+    assert order == ["r · GPU 0 · nvjet_gemm · 2x66x1 · step", "r · GPU 0 · [CUDA memset]"]
+    assert spec["encoding"]["y"]["sort"] == order
+    assert not any("None" in str(v) for r in values for v in r.values())
+
+
+def test_report_slowdown_section_lists_the_most_time_lost_first(overlap_report):
+    rep, _ = overlap_report
+    sec = next(s for s in rep.sections if s.section.chart == "slowdown_parts")
+    rows = sec.tables["kernels"].to_pylist()
+    lost = [r["lost_ns"] for r in rows]
+    assert lost and lost == sorted(lost, reverse=True) and lost[0] > 0
+    spec = CHARTS["slowdown_parts"].fn(sec.tables, sec.section.options).to_dict()
+    (values,) = _datasets(spec)
+    assert not any("None" in v["kernel"] for v in values)
+    assert "memset" not in values[0]["kernel"]
+
+
 def test_gemm_beside_spin_is_in_the_worst_kernels_with_class_sm(overlap_report):
     rep, _ = overlap_report
     worst = next(s for s in rep.sections if s.section.title == "Worst kernels").tables["kernels"].to_pylist()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import altair as alt
 import pyarrow as pa
 
-from .charts import chart, inline_data, table_rows
+from .charts import chart, inline_data, joined, table_rows
 
 SIDE_COLORS = {"A": "#9ecae9", "B": "#4c78a8"}
 TIME_METRICS = ("step_ms", "span_ms", "compute_ms", "overlap_ms", "exposed_comm_ms", "other_ms", "compute_lost_ms")
@@ -75,9 +75,8 @@ def diff_signatures(data: dict[str, pa.Table], options: dict) -> alt.TopLevelMix
     for r in table_rows(data["kernels"], limit=int(options.get("top", 30))):
         if r["change"] is None:
             continue
-        label = f"{r['device']} · {(r['short_name'] or r['name'] or '')[:50]} · {r['launch_b'] or r['launch_a'] or ''}"
-        if r.get("nvtx"):
-            label += f" · {r['nvtx'][:30]}"
+        label = joined(r["device"], (r["short_name"] or r["name"] or "")[:50], r["launch_b"] or r["launch_a"],
+                       (r.get("nvtx") or "")[:30])
         seen[label] = seen.get(label, 0) + 1
         rows.append({"signature": label if seen[label] == 1 else f"{label} #{seen[label]}", "name": r["name"],
                      "change": r["change"], "lo": r["change_lo"], "hi": r["change_hi"], "direction": r["direction"],
