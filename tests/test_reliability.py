@@ -2087,7 +2087,7 @@ def _col_timeout(env):
     return _collect_child(env, ["sleep", "120"], "--timeout", "2")
 
 
-def _debian_nsys(env, importer: bool) -> Path:
+def _debian_nsys(env, importer: bool, importer_fails: bool = False) -> Path:
     """Debian's nsight-systems as shipped, in a folder of this case: bin/nsys links to target-linux-x64/nsys, a link
     to the real binary in another tree (x86_64-linux-gnu), where nsys looks for its host tools beside it and finds
     none; the host folder (with QdstrmImporter when ``importer``) sits beside bin/. The fake nsys, like the real one
@@ -2116,6 +2116,7 @@ cp "{env.inputs['cpu_nvtx']}" "$out"
         imp.write_text(f"""#!/bin/sh
 while [ "$#" -gt 0 ]; do [ "$1" = -i ] && src="$2"; [ "$1" = -o ] && out="$2"; shift; done
 grep -q 'raw collection' "$src" || exit 1
+{'echo "Importer error: unsupported QDSTRM version" >&2; printf partial > "$out"; exit 1' if importer_fails else ''}
 cp "{env.inputs['cpu_rep']}" "$out"
 """)
         imp.chmod(0o755)
@@ -2143,6 +2144,17 @@ def _col_debian_no_importer(env):
     nsys = _debian_nsys(env, importer=False)
     return env.cli("collect", "-o", env.path("store"), "--name", "r", "--", "true", named=nsys,
                    env={**_no_gpu(env), "TRACEQL_NSYS": str(nsys)})
+
+
+@case("collect", "Debian's nsight-systems as shipped, and its QdstrmImporter fails: the raw collection kept, no "
+      "partial report", words=("failed to import", "unsupported QDSTRM version", "raw collection was kept"))
+def _col_debian_importer_fails(env):
+    nsys = _debian_nsys(env, importer=True, importer_fails=True)
+    out = env.path("store")
+    run = env.cli("collect", "-o", out, "--name", "r", "--", "true", named=out / "reports" / "r.qdstrm",
+                  env={**_no_gpu(env), "TRACEQL_NSYS": str(nsys)})
+    assert (out / "reports" / "r.qdstrm").is_file() and not (out / "reports" / "r.nsys-rep").exists()
+    return run
 
 
 # -- overlap: traces it cannot answer from; lazily ingested stores whose export changed --------------------------

@@ -299,14 +299,14 @@ def import_qdstrm(nsys: str, qdstrm: Path, report: Path, log=print) -> None:
     removed once the report is written. No importer, or one that fails, is an error that says what to do."""
     importer = find_importer(nsys)
     expected = expected_host_dir(nsys)
-    by_hand = f"or import it by hand (`QdstrmImporter -i {qdstrm}`) and ingest the .nsys-rep"
+    by_hand = f"import it by hand (`QdstrmImporter -i {qdstrm}`) and ingest the .nsys-rep"
     if importer is None:
         raise BadInputError(
             f"nsys left the raw collection {qdstrm} and no report: it looks for its importer in {expected}/"
             f"QdstrmImporter, which is missing, and no QdstrmImporter was found in the installation of {nsys} "
             f"(resolved to {os.path.realpath(nsys)}). Add the link, e.g. for Debian's nsight-systems package "
             f"`sudo ln -s /usr/lib/nsight-systems/host-linux-x64 {expected}` (the folder that holds QdstrmImporter), "
-            f"{by_hand}")
+            f"or {by_hand}")
     log(f"traceql: nsys did not find its importer ({expected}/QdstrmImporter); importing {qdstrm.name} with "
         f"{importer}")
     cmd = [str(importer), "-i", str(qdstrm), "-o", str(report), "-f"]
@@ -314,13 +314,14 @@ def import_qdstrm(nsys: str, qdstrm: Path, report: Path, log=print) -> None:
         done = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=1800,
                               start_new_session=True)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise BadInputError(f"{importer} could not import {qdstrm} ({exc}); {by_hand}") from None
+        raise BadInputError(f"{importer} could not import {qdstrm} ({exc}); the raw collection was kept: "
+                            f"{by_hand}") from None
     if done.returncode != 0 or not report.exists():
         lines = [line.strip() for line in (done.stderr + done.stdout).splitlines() if line.strip()]
         detail = "".join(c if c.isprintable() else "?" for c in (lines[-1] if lines else ""))[:300]
         report.unlink(missing_ok=True)
         raise BadInputError(f"{importer} failed to import {qdstrm} (exit code {done.returncode}"
-                            f"{': ' + detail if detail else ''}); the raw collection was kept; {by_hand}")
+                            f"{': ' + detail if detail else ''}); the raw collection was kept: {by_hand}")
     qdstrm.unlink(missing_ok=True)
 
 
