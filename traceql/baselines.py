@@ -370,22 +370,48 @@ def _split(idx: np.ndarray, f: dict):
 def _by_context(idx: np.ndarray, iso: np.ndarray, f: dict):
     """A mixture whose isolated durations are a continuum of sizes (no separate duration modes), split by the most
     specific launch context instead (NVTX range text and occurrence in it: the k-th launch of a GEMM in a backward
-    pass is the same work in every step): each context whose isolated instances are one kind of work is a pool
-    (numbered by median duration, 0 the shortest) that the instances of that context join. Instances of a context
-    without isolated instances, or whose isolated instances are themselves a mixture, are conflated; so is the whole
-    signature when fewer than two contexts qualify."""
+    pass is the same work in every step): each context with at least two isolated instances that are one kind of
+    work (not a mixture, by :func:`is_mixture`'s rule) is a pool (numbered by median duration, 0 the shortest) that
+    the instances of that context join. Instances of any other context are conflated; so is the whole signature when
+    fewer than two contexts qualify. Vectorized over the contexts: a signature may have hundreds of thousands."""
     dur, text, occ = f["dur"], f["text"], f["occ"]
-    groups: dict[tuple[int, int], list[int]] = {}
-    for i in iso.tolist():
-        if text[i] >= 0 and occ[i] >= 0:
-            groups.setdefault((int(text[i]), int(occ[i])), []).append(i)
-    pure = {k: v for k, v in groups.items() if not is_mixture(dur[v])}
-    if len(pure) < 2:
+
+    def keys(rows: np.ndarray) -> np.ndarray:  # (text, occurrence) as one integer; -1 where either is NULL
+        t, o = text[rows].astype(np.int64), occ[rows].astype(np.int64)
+        return np.where((t >= 0) & (o >= 0), (t << 32) | (o & 0xFFFFFFFF), -1)
+
+    k_iso = keys(iso)
+    known = k_iso >= 0
+    k, d = k_iso[known], dur[iso][known].astype(np.float64)
+    order = np.lexsort((d, k))
+    k, d = k[order], d[order]
+    first = np.flatnonzero(np.r_[True, k[1:] != k[:-1]]) if len(k) else np.zeros(0, dtype=np.int64)
+    n = np.diff(np.r_[first, len(k)])
+    # is_mixture per context: two consecutive sorted durations more than MODE_RATIO and MODE_MIN_GAP_NS apart, or
+    # (with 4 or more) an interquartile range beyond MAX_SPREAD of the median and MODE_MIN_GAP_NS
+    gap = (d[1:] > d[:-1] * MODE_RATIO) & (d[1:] - d[:-1] > MODE_MIN_GAP_NS) & (k[1:] == k[:-1])
+    split = np.add.reduceat(np.r_[gap, False].astype(np.int64), first) > 0 if len(k) else np.zeros(0, dtype=bool)
+
+    def quantile(q: float) -> np.ndarray:  # numpy's linear quantile within each context's sorted durations
+        pos = q * (n - 1)
+        lo = np.floor(pos).astype(np.int64)
+        hi = np.minimum(lo + 1, n - 1)
+        return d[first + lo] + (d[first + hi] - d[first + lo]) * (pos - lo)
+
+    q25, med, q75 = quantile(0.25), quantile(0.5), quantile(0.75)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        spread = (n >= 4) & ((q75 - q25) / med > MAX_SPREAD) & (q75 - q25 > MODE_MIN_GAP_NS)
+    pure = (n >= 2) & ~split & ~spread
+    if pure.sum() < 2:
         yield None, idx, None, True
         return
-    rank = {k: m for m, k in enumerate(sorted(pure, key=lambda k: (float(np.median(dur[pure[k]])), k)))}
-    assigned = np.array([rank.get((int(text[i]), int(occ[i])), -1) for i in idx.tolist()])
-    for m in sorted(set(assigned.tolist()) - {-1}):
+    pure_keys = k[first][pure]
+    rank = np.empty(len(pure_keys), dtype=np.int64)
+    rank[np.lexsort((pure_keys, med[pure]))] = np.arange(len(pure_keys))
+    k_all = keys(idx)
+    pos = np.clip(np.searchsorted(pure_keys, k_all), 0, len(pure_keys) - 1)
+    assigned = np.where((k_all >= 0) & (pure_keys[pos] == k_all), rank[pos], -1)
+    for m in np.unique(assigned[assigned >= 0]).tolist():
         yield m, idx[assigned == m], "launch context", False
     if (assigned == -1).any():
         yield None, idx[assigned == -1], "launch context", True
