@@ -216,10 +216,12 @@ def test_slowdown_chart_ranks_by_time_lost_and_no_label_reads_none():
 
 def test_report_slowdown_section_lists_the_most_time_lost_first(overlap_report):
     rep, _ = overlap_report
+    for chart in ("slowdown_parts", "metrics_iso_vs_ovl"):
+        rows = next(s for s in rep.sections if s.section.chart == chart).tables["kernels"].to_pylist()
+        lost = [r["lost_ns"] for r in rows]
+        assert lost and lost == sorted(lost, reverse=True) and lost[0] > 0, chart
+        assert rows[0]["activity"] == "kernel", chart
     sec = next(s for s in rep.sections if s.section.chart == "slowdown_parts")
-    rows = sec.tables["kernels"].to_pylist()
-    lost = [r["lost_ns"] for r in rows]
-    assert lost and lost == sorted(lost, reverse=True) and lost[0] > 0
     spec = CHARTS["slowdown_parts"].fn(sec.tables, sec.section.options).to_dict()
     (values,) = _datasets(spec)
     assert not any("None" in v["kernel"] for v in values)
