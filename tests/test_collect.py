@@ -291,3 +291,38 @@ def test_collect_with_a_broken_nvidia_smi_collects_cpu_activity(tmp_path):
                            env=env)
     _assert_clean_error(rc, err)
     assert "--gpu-metrics needs an NVIDIA GPU" in err
+
+
+def _executable(path: Path, text: str = "#!/bin/sh\n") -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    path.chmod(0o755)
+    return path
+
+
+@pytest.mark.parametrize("layout", ["nvidia", "debian", "on_path", "none"])
+def test_the_importer_is_found_in_the_installation_of_the_nsys_used(tmp_path, layout):
+    """NVIDIA's layout (bin/nsys beside host-linux-x64), Debian's (bin/nsys -> target-linux-x64 -> another tree whose
+    host-linux-x64 is missing), a link to nsys on PATH; and none where the installation holds no importer."""
+    from traceql.sources.nsys.locate import expected_host_dir, find_importer
+
+    version = tmp_path / "opt/nvidia/nsight-systems/2024.5.1"
+    shared, arch = tmp_path / "usr/lib/nsight-systems", tmp_path / "usr/lib/x86_64-linux-gnu/nsight-systems"
+    if layout == "nvidia":
+        nsys = _executable(version / "bin/nsys")
+        _executable(version / "target-linux-x64/nsys")
+        importer = _executable(version / "host-linux-x64/QdstrmImporter")
+        assert expected_host_dir(str(nsys)) == version / "host-linux-x64"
+    else:
+        _executable(arch / "target-linux-x64/nsys")
+        (shared / "bin").mkdir(parents=True)
+        (shared / "target-linux-x64").symlink_to("../x86_64-linux-gnu/nsight-systems/target-linux-x64")
+        (shared / "bin/nsys").symlink_to("../target-linux-x64/nsys")
+        nsys = shared / "bin/nsys"
+        if layout == "on_path":
+            (tmp_path / "usr/bin").mkdir()
+            (tmp_path / "usr/bin/nsys").symlink_to("../lib/nsight-systems/bin/nsys")
+            nsys = tmp_path / "usr/bin/nsys"
+        importer = None if layout == "none" else _executable(shared / "host-linux-x64/QdstrmImporter")
+        assert expected_host_dir(str(nsys)) == arch / "host-linux-x64"
+    assert find_importer(str(nsys)) == importer
