@@ -1983,6 +1983,17 @@ def _col_name_percent(env):
     return run
 
 
+@case("collect", "--name with a dot (lr0.1): the report nsys writes (lr0.1.nsys-rep) is found and ingested", expect=0,
+      words="run ")
+def _col_name_dot(env):
+    run = _collect_child(env, [sys.executable, str(Path(__file__).resolve().parent.parent / "collectors" /
+                                                  "cpu_nvtx.py")], "--name", "lr0.1")
+    if not (env.path("store") / "reports" / "lr0.1.nsys-rep").is_file():
+        run.err += "\ntraceql: expected the report reports/lr0.1.nsys-rep"
+        run.rc = 99
+    return run
+
+
 @case("collect", "--nsys-args that set the output", words="--name and --out")
 def _col_nsys_args_output(env):
     return _collect(env, "--nsys-args", "-o elsewhere", "--", "true", named="--nsys-args")

@@ -246,7 +246,7 @@ def collect(cmd: list[str], out: str | Path = "traceql-runs", *, name: str | Non
                 sampler.kill()
     rc, ended_by = outcome.returncode, outcome.ended_by
     code = {"timeout": EXIT_TIMEOUT, "interrupt": EXIT_INTERRUPTED}.get(ended_by, rc)
-    report = base.with_suffix(".nsys-rep")
+    report = _named(base, ".nsys-rep")
     messages = []
     if outcome.leftovers:
         messages.append(f"ended {len(outcome.leftovers)} process(es) still running after nsys exited (pids "
@@ -256,8 +256,8 @@ def collect(cmd: list[str], out: str | Path = "traceql-runs", *, name: str | Non
     if TOO_OLD in outcome.tail:
         raise BadInputError(f"{nsys} ({'.'.join(map(str, version))}) is too old to trace this program's CUDA "
                             f"(\"{TOO_OLD}\"); install a newer Nsight Systems and point TRACEQL_NSYS at it")
-    if not report.exists() and base.with_suffix(".qdstrm").exists():
-        import_qdstrm(nsys, base.with_suffix(".qdstrm"), report, log)
+    if not report.exists() and _named(base, ".qdstrm").exists():
+        import_qdstrm(nsys, _named(base, ".qdstrm"), report, log)
     if not report.exists():
         partial = sorted(reports.glob(f"{name}*.qdstrm"))
         hint = f"; the raw collection was kept as {partial[0]}" if partial else ""
@@ -291,6 +291,12 @@ def collect(cmd: list[str], out: str | Path = "traceql-runs", *, name: str | Non
     for warning in info.warnings:
         messages.append(f"warning: {warning}")
     return Collection(report, info.run_id, code, messages)
+
+
+def _named(base: Path, extension: str) -> Path:
+    """The file nsys or ncu writes for ``-o base``: the extension added to the whole name, as they add it (a name
+    with a dot, ``lr0.1``, gives ``lr0.1.nsys-rep``, where ``with_suffix`` would look for ``lr0.nsys-rep``)."""
+    return base.with_name(base.name + extension)
 
 
 def import_qdstrm(nsys: str, qdstrm: Path, report: Path, log=print) -> None:
@@ -368,7 +374,7 @@ def _collect_ncu(cmd, base: Path, timeout, kernels_regex, nvtx_include, clock_co
                        clock_control=clock_control, ncu_args=ncu_args)
     log("traceql: " + shlex.join(full))
     rc, _, ended = _run_group(full, timeout, log)
-    report = base.with_suffix(".ncu-rep")
+    report = _named(base, ".ncu-rep")
     if not report.exists():
         raise BadInputError(f"ncu wrote no report (exit code {rc}); see its output above")
     messages = [f"Nsight Compute report {report}" + (" (partial: collection ended early)" if ended else "")]
