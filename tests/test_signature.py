@@ -16,7 +16,7 @@ from conftest import H200, cli_in_process, older_layout, run_cli
 
 import traceql
 from traceql import store
-from traceql.store import schema
+from traceql.store import digests, schema
 from traceql.store.signature import NULL, PARTS, signature_ids, text_hash
 
 
@@ -115,8 +115,10 @@ def test_a_store_of_layout_2_is_refused_then_migrated_to_the_ids_ingest_gives(tm
         assert got.num_rows == want.num_rows and got.column("sig").equals(want.column("sig")), table
     entry = json.loads((old / "manifest.json").read_text())["runs"][rid]
     assert entry["files"] == {t: (folder / f"{t}.parquet").stat().st_size for t in entry["files"]}
-    assert {k: v for k, v in entry.items() if k != "files"} == {k: v for k, v in manifest["runs"][rid].items()
-                                                                if k != "files"}
+    # the files were rewritten: their sizes and sha256s are the new files' own, the rest of the entry as it was
+    assert entry.get("digests", {}) == {t: digests.sha256(folder / f"{t}.parquet") for t in entry.get("digests", {})}
+    assert {k: v for k, v in entry.items() if k not in ("files", "digests")} == {
+        k: v for k, v in manifest["runs"][rid].items() if k not in ("files", "digests")}
     assert store.read_run_info(folder)["files"] == entry["files"]
     results = [run_cli("attribute", d, "--format", "json") for d in (fresh, old)]
     assert results[0][0] == results[1][0] == 0

@@ -192,8 +192,8 @@ def test_migrate_takes_the_index_entry_of_a_run_without_run_json(v1_store):
 
 @pytest.mark.parametrize("view", ["_activity_occurrence", "_activity_groups"])
 def test_launch_ranges_are_matched_within_each_run(tmp_path, view):
-    """Runs of one program share thread ids: a plan that matched NVTX ranges to launches on the thread alone crossed
-    every run's ranges (256 such runs took more than 10 minutes and 20 GiB instead of seconds). Every join of the
+    """Runs of one program share thread and process ids: a plan that matched NVTX ranges to launches on the thread alone
+    crossed every run's ranges (256 such runs took more than 10 minutes and 20 GiB instead of seconds). Every join of the
     plan on the thread also joins on the run."""
     from synthetic import launches, make_store
 
@@ -218,8 +218,9 @@ def test_launch_ranges_are_matched_within_each_run(tmp_path, view):
             found += conditions(child)
         return found
 
-    on_thread = [c for c in conditions(plan) if "global_tid" in c]
-    assert on_thread and all("run_id" in c for c in on_thread), on_thread
+    # launches and ranges are matched on their scope (the process or the thread: traceql.launch), and on the run
+    on_scope = [c for c in conditions(plan) if "scope_id" in c or "global_tid" in c or "global_pid" in c]
+    assert on_scope and all("run_id" in c for c in on_scope), on_scope
     assert con.sql(f"SELECT count(*) FROM {view}").fetchall()[0][0] == 1000
 
 
