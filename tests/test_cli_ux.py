@@ -149,3 +149,11 @@ def test_the_report_bundle_draws_the_vega_lite_that_altair_writes():
     js = gzip.decompress((Path(vega.__file__).parent / vega.BUNDLE).read_bytes())
     assert hashlib.sha256(js).hexdigest() == info["sha256"]
     assert "window.vegaEmbed=" in js.decode() and "</script" not in vega.bundle()
+
+
+def test_shell_completion_script():
+    """`traceql --show-completion` prints the completion script of the user's shell (`--install-completion` installs
+    it): the shell's completion machinery, calling back into traceql for its commands and options."""
+    rc, out, err = run_cli("--show-completion")
+    assert rc == 0, err
+    assert any(word in out for word in ("COMPREPLY", "compdef", "complete --command")), out[:300]

@@ -20,7 +20,7 @@ from . import stopping
 from .errors import EXIT_BAD_INPUT, EXIT_FLAGGED, Interrupted, Terminated, TraceqlError
 from .version import __version__
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+app = typer.Typer(add_completion=True, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Attribute the slowdown of compute kernels overlapped with communication, from Nsight traces.")
 
 
