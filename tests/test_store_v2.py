@@ -192,9 +192,9 @@ def test_migrate_takes_the_index_entry_of_a_run_without_run_json(v1_store):
 
 @pytest.mark.parametrize("view", ["_activity_occurrence", "_activity_groups"])
 def test_launch_ranges_are_matched_within_each_run(tmp_path, view):
-    """Runs of one program share thread and process ids: a plan that matched NVTX ranges to launches on the thread alone
-    crossed every run's ranges (256 such runs took more than 10 minutes and 20 GiB instead of seconds). Every join of the
-    plan on the thread also joins on the run."""
+    """Runs of one program share thread and process ids: a plan that matched NVTX ranges to launches on the thread
+    alone crossed every run's ranges (256 such runs took more than 10 minutes and 20 GiB instead of seconds). Every
+    join of the plan on the launch scope also joins on the run."""
     from synthetic import launches, make_store
 
     from traceql import analysis
