@@ -1,8 +1,27 @@
 """What the one-GPU case collectors (known_cause.py, eval_cases.py) share: the device's limits, CuPy's view of the
-current PyTorch stream, CUDA-event timing, and a victim timed alone and then beside its co-runner. Imported from the
-collectors' own folder (run as scripts)."""
+current PyTorch stream, CUDA-event timing, and a victim timed alone and then beside its co-runner; and the busy_wait
+kernel they and train.py's straggler hold SMs with. Imported from the collectors' own folder (run as scripts)."""
 
 from __future__ import annotations
+
+# a kernel that holds one SM per CTA for a while: one 1024-thread CTA per SM (launch with more than half an SM's
+# shared memory, so nothing else fits beside it), spinning on the global timer; the co-runner of the known-cause
+# cases and the straggler of the training runs
+BUSY_WAIT_SRC = r"""
+extern "C" __global__ void __launch_bounds__(1024, 1)
+busy_wait(unsigned long long duration_ns, int *sink) {
+    extern __shared__ int smem[];
+    unsigned long long start, now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+    now = start;
+    int spins = 0;
+    while (now - start < duration_ns) {
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+        ++spins;
+    }
+    if (spins == -1) sink[threadIdx.x] = smem[threadIdx.x];  // never true: keeps smem allocated
+}
+"""
 
 
 class CudaBench:

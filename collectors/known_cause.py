@@ -50,23 +50,9 @@ import math
 import os
 import sys
 
-from cuda_bench import CudaBench
+from cuda_bench import BUSY_WAIT_SRC, CudaBench
 
-SRC = r"""
-extern "C" __global__ void __launch_bounds__(1024, 1)
-busy_wait(unsigned long long duration_ns, int *sink) {
-    extern __shared__ int smem[];
-    unsigned long long start, now;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
-    now = start;
-    int spins = 0;
-    while (now - start < duration_ns) {
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-        ++spins;
-    }
-    if (spins == -1) sink[threadIdx.x] = smem[threadIdx.x];  // never true: keeps smem allocated
-}
-
+SRC = BUSY_WAIT_SRC + r"""
 extern "C" __global__ void __launch_bounds__(1024, 2)
 stream_triad(float4 *__restrict__ a, const float4 *__restrict__ b, const float4 *__restrict__ c,
              float s, long long n4) {

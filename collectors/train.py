@@ -241,32 +241,17 @@ def run(args) -> None:
     dist.destroy_process_group()
 
 
-SPIN = r"""
-extern "C" __global__ void __launch_bounds__(1024, 1)
-spin_hold(unsigned long long duration_ns, int *sink) {
-    extern __shared__ int smem[];
-    unsigned long long start, now;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
-    now = start;
-    int spins = 0;
-    while (now - start < duration_ns) {
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-        ++spins;
-    }
-    if (spins == -1) sink[threadIdx.x] = smem[threadIdx.x];  // never true: keeps the shared memory allocated
-}
-"""
-
-
 def _straggler(torch, args):
-    """A function that launches the straggler's co-runner on its own stream and returns that stream: a spin kernel
-    of one 1024-thread CTA per SM (more than half an SM's shared memory each) on ``--slow-sm-share`` of the SMs."""
+    """A function that launches the straggler's co-runner on its own stream and returns that stream: cuda_bench's
+    busy_wait kernel, one 1024-thread CTA per SM (more than half an SM's shared memory each) on ``--slow-sm-share``
+    of the SMs."""
     import cupy as cp
+    from cuda_bench import BUSY_WAIT_SRC  # type: ignore[import-not-found]
 
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
     rt = cp.cuda.runtime.getDeviceProperties(torch.cuda.current_device())
     smem = min(int(rt["sharedMemPerBlockOptin"]), int(rt["sharedMemPerMultiprocessor"] * 0.7) // 1024 * 1024)
-    kernel = cp.RawModule(code=SPIN).get_function("spin_hold")
+    kernel = cp.RawModule(code=BUSY_WAIT_SRC).get_function("busy_wait")
     kernel.max_dynamic_shared_size_bytes = smem
     ctas = max(1, round(props.multi_processor_count * args.slow_sm_share))
     sink = cp.zeros(1024, dtype=cp.int32)
