@@ -493,7 +493,7 @@ def test_launch_contexts_read_a_few_threads_at_a_time_equal_one_scan(train_ddp_r
     whole = _rows(train_ddp_run, "engine")
     monkeypatch.setattr(engine, "LAUNCH_BYTES", 4 * 10**9 // per_scan)
     con = traceql.connect(train_ddp_run)
-    scans = engine._launch_scans(con)
+    scans = engine._launch_scans(con, "global_tid")  # the thread scope: the trace's threads are what it counts
     threads = con.sql("SELECT count(DISTINCT (run_id, global_tid)) FROM runtime_api").fetchall()[0][0]
     con.close()
     assert None not in scans and len(scans) > (1 if per_scan == 6000 else threads)

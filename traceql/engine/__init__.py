@@ -866,7 +866,7 @@ class _LaunchScan(NamedTuple):
     before: int | None = None
 
 
-def _launch_scans(con: duckdb.DuckDBPyConnection, key: str = "global_tid") -> list[_LaunchScan | None]:
+def _launch_scans(con: duckdb.DuckDBPyConnection, key: str) -> list[_LaunchScan | None]:
     """The launch contexts' scan (a join of every launch with its API call, sorted by thread) cut into scans of at
     most one launch per ``LAUNCH_BYTES`` of a memory cap each: consecutive threads of a run, and a thread with more
     cut by launch time (at approximate quantiles of its API calls' times: any cut gives the same rows, a scan after

@@ -149,16 +149,17 @@ def export_report(report: Path, sha256: str) -> Path:
     name = "export" if kind == "parquetdir" else "export.sqlite"
     with tempfile.TemporaryDirectory(dir=cache, prefix=".tmp-") as tmp:
         out = Path(tmp) / name
-        # --include-json: NVTX payloads as JSON (NCCL's communicator and message size on its ranges); an nsys that
-        # does not know the option exports without it
-        cmd = [nsys, "export", "-t", kind, "-o", str(out), "--force-overwrite=true", "--include-json=true", str(report)]
-        try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=EXPORT_TIMEOUT_S,
+        def export(*options: str) -> subprocess.CompletedProcess:
+            cmd = [nsys, "export", "-t", kind, "-o", str(out), "--force-overwrite=true", *options, str(report)]
+            return subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=EXPORT_TIMEOUT_S,
                                   start_new_session=True)
+
+        try:
+            # --include-json: NVTX payloads as JSON (NCCL's communicator and message size on its ranges); an nsys
+            # that does not know the option exports without it
+            proc = export("--include-json=true")
             if proc.returncode != 0 and "include-json" in (proc.stderr + proc.stdout):
-                cmd.remove("--include-json=true")
-                proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace",
-                                      timeout=EXPORT_TIMEOUT_S, start_new_session=True)
+                proc = export()
         except subprocess.TimeoutExpired as exc:
             _drop_if_empty(cache)
             raise BadInputError(f"{report}: `nsys export` did not finish in {EXPORT_TIMEOUT_S} s; export it by hand "
