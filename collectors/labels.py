@@ -16,15 +16,21 @@ def label_text(case: str, **labels: object) -> str:
     return ";".join(parts)
 
 
+#: also open a torch.profiler range (record_function) with each NVTX range: set by a program that runs under
+#: torch.profiler, so that its trace holds the same ranges (user annotations) as an nsys capture of it
+RECORD_FUNCTION = False
+
+
 @contextlib.contextmanager
 def nvtx_range(text: str) -> Iterator[None]:
     import torch
 
-    torch.cuda.nvtx.range_push(text)
-    try:
-        yield
-    finally:
-        torch.cuda.nvtx.range_pop()
+    with torch.profiler.record_function(text) if RECORD_FUNCTION else contextlib.nullcontext():
+        torch.cuda.nvtx.range_push(text)
+        try:
+            yield
+        finally:
+            torch.cuda.nvtx.range_pop()
 
 
 def case_range(case: str, **labels: object):

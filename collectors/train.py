@@ -55,6 +55,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=6, help="measured steps per mode")
     p.add_argument("--warmup", type=int, default=2, help="steps before the measured part (and one per mode switch)")
     p.add_argument("--profile-range", action="store_true")
+    p.add_argument("--torch-profiler", metavar="DIR", default=None,
+                   help="record the measured steps with torch.profiler (CPU and CUDA activities, shapes) and write "
+                        "DIR/rank<R>.json.gz, Kineto's Chrome-trace JSON; NVTX ranges are also torch.profiler ranges")
     p.add_argument("--slow-rank", type=int, default=-1, help="a rank made slow in --slow-steps (-1: none)")
     p.add_argument("--slow-steps", default="", help="comma list of measured step numbers in which it is slow")
     p.add_argument("--slow-sm-share", type=float, default=0.5, help="share of the SMs its co-runner holds")
@@ -209,6 +212,7 @@ def run(args) -> None:
     torch.cuda.synchronize()
     if args.profile_range:
         torch.cuda.cudart().cudaProfilerStart()
+    profiler = _torch_profiler(torch, args.torch_profiler)
     labels = dict(layers=args.layers, dim=args.dim)
     slow_steps = {int(s) for s in args.slow_steps.split(",") if s.strip()}
     straggle = _straggler(torch, args) if rank == args.slow_rank and slow_steps else None
@@ -234,11 +238,40 @@ def run(args) -> None:
             torch.cuda.synchronize()
     if args.profile_range:
         torch.cuda.cudart().cudaProfilerStop()
+    if profiler is not None:
+        _write_torch_profile(profiler, args.torch_profiler, rank)
     if rank == world - 1:
         print(f"train {args.parallel}: {params / 1e9:.2f} B parameters, loss {float(loss):.3f}, "
               f"{torch.cuda.max_memory_allocated() / 2**30:.1f} GiB peak on GPU {local}, modes {args.modes}")
     dist.barrier()
     dist.destroy_process_group()
+
+
+def _torch_profiler(torch, where: str | None):
+    """A started torch.profiler over CPU and CUDA activities (None without --torch-profiler); the NVTX ranges
+    become its user annotations too."""
+    if where is None:
+        return None
+    import labels
+
+    labels.RECORD_FUNCTION = True
+    acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    profiler = torch.profiler.profile(activities=acts, record_shapes=True)
+    profiler.start()
+    return profiler
+
+
+def _write_torch_profile(profiler, where: str, rank: int) -> None:
+    import gzip
+    import shutil
+
+    profiler.stop()
+    os.makedirs(where, exist_ok=True)
+    raw = os.path.join(where, f"rank{rank}.json")
+    profiler.export_chrome_trace(raw)
+    with open(raw, "rb") as src, gzip.open(raw + ".gz", "wb", compresslevel=9) as dst:
+        shutil.copyfileobj(src, dst)
+    os.remove(raw)
 
 
 def _straggler(torch, args):
