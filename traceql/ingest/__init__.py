@@ -80,10 +80,13 @@ def ingest_one(trace: str | Path, out: str | Path, *, require_kernels: bool = Tr
     a local copy was fetched from); by default the trace's resolved path. ``defer``: tables of :data:`DEFERRABLE`
     left in the export, read when a query needs them (:func:`complete_run`); only where the export stays (a trace
     given as .xz is decompressed for the ingest alone, so all of it is read at once)."""
+    from .kineto import ingest_kineto, is_kineto_trace
     from .ncu import ingest_ncu_report, is_ncu_report
 
     if is_ncu_report(trace):  # Nsight Compute: its own reader, the same run store
         return ingest_ncu_report(trace, out, labels=labels, index=index)
+    if is_kineto_trace(trace):  # torch.profiler (Kineto) JSON: its own reader, the same run store
+        return ingest_kineto(trace, out, require_kernels=require_kernels, labels=labels, index=index, source=source)
     trace, out = Path(trace), Path(out)
     path, fmt = _resolve_input(trace)
     source = source or str(trace.resolve())
@@ -138,11 +141,14 @@ def read_intervals(trace: str | Path) -> tuple[RunInfo, dict[str, pa.Table]]:
     """The least of a trace that interval unions read, screened as ingest screens it, without a run directory:
     its run (id and source, as ingest would record them) and tables ``kernels`` (device, times, kind and ids) and
     ``memcpy`` (device, times, is_peer and ids), each row tagged with the run id. For ``traceql overlap``."""
+    from .kineto import is_kineto_trace, kineto_intervals
     from .ncu import is_ncu_report
 
     trace = Path(trace)
     if is_ncu_report(trace):
         raise BadInputError(f"{trace}: an Nsight Compute report has no timeline; give an Nsight Systems trace")
+    if is_kineto_trace(trace):
+        return kineto_intervals(trace)
     path, fmt = _resolve_input(trace)
     with tempfile.TemporaryDirectory(prefix="traceql-read-") as tmp:
         ident = _Identity(path, Path(tmp) / "none")
