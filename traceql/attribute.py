@@ -42,6 +42,7 @@ from .attribution import (  # noqa: F401  (FACTORS, KERNEL_COLUMNS, as_store, in
     ncu_notes,
     ncu_store,
     unattributed_notes,
+    untested_notes,
 )
 from .baselines import External
 from .errors import BadInputError, MissingInputError, UsageError
@@ -134,6 +135,7 @@ def attribute(inputs: list[str | Path] | str | Path, *, baseline: str | Path | N
         summary = con.sql(f"SELECT * FROM device_summary ORDER BY {SUMMARY_ORDER}").to_arrow_table()
         runs = con.sql(f"SELECT {RUN_COLUMNS} FROM runs ORDER BY run_id").to_arrow_table()
         waits = con.sql(f"SELECT * FROM rank_waits ORDER BY {WAITS_ORDER}").to_arrow_table()
+        notes += untested_notes(runs)
         return Attribution(runs, summary, kernels, notes, verdicts(summary, kernels, waits), waits)
     finally:
         if tmp is not None:

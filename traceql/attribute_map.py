@@ -33,6 +33,7 @@ from .attribution import (
     ncu_runs_of,
     unattributed,
     unattributed_note,
+    untested_notes,
 )
 from .baselines import External
 from .errors import BadInputError, TraceqlError
@@ -164,6 +165,7 @@ def reduce_parts(parts: list[RunPart], inputs: Sequence[Path], baseline: Path | 
             total = unattributed.setdefault(reason, [0, 0, 0.0])
             total[0] += groups; total[1] += inst; total[2] += ms
     notes += [unattributed_note(reason, *unattributed[reason]) for reason in sorted(unattributed)]
+    notes += untested_notes(runs)
     return Attribution(runs, summary, kernel_table, notes, verdicts(summary, kernel_table, waits), waits)
 
 

@@ -186,6 +186,26 @@ def ncu_external(con: duckdb.DuckDBPyConnection) -> External | None:
     return External(durations, replace=False) if durations else None
 
 
+# run formats whose traces carry no GPU metrics by nature (docs/kineto.md): what attribution cannot test for them
+NO_METRICS_FORMATS = {"kineto": "torch.profiler (Kineto) traces"}
+
+
+def untested_notes(runs: pa.Table) -> list[str]:
+    """Say, per input format that has no GPU metrics (torch.profiler's), which factors could not be tested for its
+    runs; nothing for runs of other formats. ``runs``: the result's runs table (``run_id`` and ``format``)."""
+    notes = []
+    rows = runs.select(["run_id", "format"]).to_pylist() if runs.num_rows else []
+    for fmt, what in NO_METRICS_FORMATS.items():
+        ids = sorted(r["run_id"] for r in rows if r["format"] == fmt)
+        if ids:
+            notes.append(f"{len(ids)} run(s) from {what} ({', '.join(ids)}): no GPU metrics, so the DRAM bandwidth, "
+                         "L2 cache and clock factors could not be tested (they explain nothing there, except DRAM "
+                         "and cache for kernels that an Nsight Compute profile given with --ncu matches); the SM "
+                         "factor (co-runners' CTAs against the launch configuration's occupancy) and the link factor "
+                         "were tested")
+    return notes
+
+
 def unattributed_notes(con: duckdb.DuckDBPyConnection) -> list[str]:
     """Say what overlapped activity got no attributed row, and why, instead of leaving it out silently."""
     return [unattributed_note(*row) for row in unattributed(con)]
