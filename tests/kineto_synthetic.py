@@ -65,7 +65,7 @@ def trace() -> dict:
         _runtime("cudaLaunchKernel", MAIN_TID, "1081.000", "2.000", 103),
         _x("cpu_op", "record_param_comms", PID, AUTOGRAD_TID, "1040.000", "20.000",
            **{"External id": 7, "Record function id": 0, **COMMS, "Rank": 0}),
-        _x("cpu_op", "nccl:all_reduce", PID, AUTOGRAD_TID, "1042.000", "10.000", **{"External id": 8}),
+        _x("user_annotation", "nccl:all_reduce", PID, AUTOGRAD_TID, "1042.000", "10.000", **{"External id": 8}),
         _runtime("cuLaunchKernelEx", AUTOGRAD_TID, "1045.000", "3.000", 102, cat="cuda_driver"),
         _x("python_function", "train.py(42): step", PID, MAIN_TID, "999.000", "600.000"),
         _x("gpu_memcpy", "Memcpy HtoD (Pageable -> Device)", 0, 7, "1001.000", "2.500", device=0, context=1,

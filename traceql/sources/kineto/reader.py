@@ -11,10 +11,11 @@ What maps to what (docs/kineto.md has the whole table):
   ``Memcpy HtoD (Pageable -> Device)``); a peer copy names its devices (``fromDevice``, ``toDevice``).
 - ``cuda_runtime`` and ``cuda_driver`` become ``runtime_api``, with the correlation id that links each to its kernel.
 - CPU ranges become ``nvtx`` rows: ``user_annotation`` (``record_function``, ``ProfilerStep#N``) in the default
-  domain, the user's; ``cpu_op`` in domain ``cpu_op``; ``record_param_comms`` (the op that carries a collective's
-  metadata) in domain ``NCCL``, with the labels NCCL's own NVTX payloads have (``Message size [bytes]``,
-  ``NCCL communicator ID``) and PyTorch's fields; ``gpu_user_annotation`` (the user's ranges projected onto the
-  GPU) in domain ``gpu_user_annotation``, on a pseudo-thread per device and stream.
+  domain, the user's, but for those PyTorch opens itself (``nccl:all_reduce``, ``DistributedDataParallel.forward``,
+  ``Optimizer.step#AdamW.step``...: domain ``pytorch``); ``cpu_op`` in domain ``cpu_op``; ``record_param_comms``
+  (the op that carries a collective's metadata) in domain ``NCCL``, with the labels NCCL's own NVTX payloads have
+  (``Message size [bytes]``, ``NCCL communicator ID``) and PyTorch's fields; ``gpu_user_annotation`` (the user's
+  ranges projected onto the GPU) in domain ``gpu_user_annotation``, on a pseudo-thread per device and stream.
 - ``deviceProperties`` become ``devices``; ``distributedInfo`` gives the rank.
 
 Times: Kineto writes ``ts`` and ``dur`` in microseconds with three decimals (nanoseconds); they are read as the text
@@ -59,6 +60,10 @@ KNOWN = KERNEL | MEMCPY | MEMSET | RUNTIME | USER | CPU_OP | GPU_USER | {
     "trace", "ac2g", "fwdbwd", "mtia_runtime", "mtia_ccp_events", "xpu_runtime", "privateuse1_runtime",
     "privateuse1_driver", "glow_runtime", "hpu_op"}
 
+# record_function ranges that PyTorch itself opens (its collectives, DDP and FSDP, optimizers), not the user: domain
+# "pytorch", which, like every library's domain, never makes a step
+PYTORCH_RANGES = re.compile(r"(?:nccl|gloo|ucc|mpi|xccl):|DistributedDataParallel\.|FullyShardedDataParallel\.|FSDP::|"
+                            r"Optimizer\.|autograd::|## ")
 PARAM_COMMS = "record_param_comms"  # the CPU op that carries a collective's metadata (c10d)
 # bytes per element of PyTorch's dtypes, as record_param_comms names them (c10::ScalarType)
 DTYPE_BYTES = {"Float": 4, "Double": 8, "Half": 2, "BFloat16": 2, "Int": 4, "Long": 8, "Short": 2, "Char": 1,
@@ -424,6 +429,8 @@ class _Builder:
                 gpid = (pid if pid is not None else self.main_pid) << 24
                 name = str(e.get("name", ""))
                 payload, dom = {}, domain
+                if dom is None and PYTORCH_RANGES.match(name):
+                    dom = "pytorch"
                 if name == PARAM_COMMS:
                     dom, payload, name = "NCCL", _comms_labels(e.get("args")), _comms_text(e.get("args"), name)
                 rows.append((gpid, gpid | ((tid or 0) & TID_MASK), tid, start,
