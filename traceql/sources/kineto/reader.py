@@ -487,7 +487,7 @@ def _comms_labels(args) -> dict[str, str]:
     if not isinstance(args, dict):
         return {}
     labels = {k: _text(v) for k, v in args.items() if k not in ("External id", "Record function id", "Ev Idx")
-              and v is not None}
+              and v is not None and not isinstance(v, list | dict)}  # not the recorded inputs' shapes and values
     coll, dtype = args.get("Collective name"), args.get("dtype")
     count = args.get("Out msg nelems") if COLLECTIVES.get(coll) == "reduce_scatter" else args.get("In msg nelems")
     if _int(count) is not None and dtype in DTYPE_BYTES:
