@@ -347,6 +347,20 @@ def test_two_gpu_collective_sizes_agree(real2):
     assert ranks == [(0, 0), (1, 1)]
 
 
+def test_two_gpu_ranks_share_a_clock(real2):
+    """Both ranks' times count from the same baseTimeNanoseconds: the k-th all-reduce ends on both GPUs within tens of
+    microseconds (a collective completes everywhere at once) though rank 0 arrives milliseconds earlier."""
+    con = traceql.connect(real2[0])
+    starts = {r[0] for r in con.sql("SELECT session_start_utc_ns FROM runs").fetchall()}
+    assert len(starts) == 1 and starts.pop() > 1_700_000_000 * 10**9  # epoch nanoseconds
+    [(n, worst, earlier)] = con.sql("""
+        WITH k AS (SELECT device_id, start_ns, end_ns, row_number() OVER (PARTITION BY run_id ORDER BY start_ns) AS i
+                   FROM kernels WHERE kind = 'comm')
+        SELECT count(*), max(abs(a.end_ns - b.end_ns)), min(b.start_ns - a.start_ns)
+        FROM k a JOIN k b ON a.i = b.i AND a.device_id = 0 AND b.device_id = 1""").fetchall()
+    assert n == 21 and worst < 100_000 and earlier > 1_000_000
+
+
 def test_two_gpu_attribution_runs_without_metrics(real2):
     result = traceql.attribute(real2[0])
     assert any("2 run(s) from torch.profiler" in n for n in result.notes)
