@@ -21,7 +21,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("engine", "ingest"),
     ("analysis", "baselines", "attribution", "attribute_map", "attribute", "diff_model", "diff_match", "diff",
      "paper", "overlap"),
-    ("report", "render", "render_diff", "sqlcmd", "collect"),
+    ("report", "render", "render_diff", "sqlcmd", "collect", "perfetto"),
     ("cli", "__init__", "__main__"),
 ]
 

@@ -438,6 +438,33 @@ def report(
         raise typer.Exit(EXIT_BAD_INPUT)
 
 
+@app.command()
+def export(
+    inputs: Annotated[list[str], typer.Argument(help="Run directories (paths or URLs), nsys exports or .nsys-rep "
+                                                     "reports.", show_default=False)],
+    perfetto: Annotated[Path, typer.Option("--perfetto", help="The Perfetto trace to write (protobuf, e.g. "
+                                                              "out.pftrace; open it at ui.perfetto.dev).",
+                                           show_default=False)],
+    api: Annotated[bool, typer.Option(help="Export the CUDA API calls, with a flow from each launch to its "
+                                           "activity.")] = True,
+) -> None:
+    """Write the GPU streams, CPU threads, NVTX ranges and GPU metrics as a Perfetto trace, with traceql's findings
+    (slowdown, class and predicted parts per activity, waits for late ranks as flows) on them (docs/perfetto.md)."""
+    from .output import check_target, refuse_overwrite
+    from .perfetto import export_perfetto
+    from .store.remote import opened
+
+    refuse_overwrite([perfetto], inputs)
+    check_target(perfetto)  # before the work, not after it
+    with _ctrl_c(f"{perfetto} was not written"), _progress() as bar, opened(inputs) as local:
+        task = bar.add_task("export", total=None)
+        summary = stopping.run(lambda: export_perfetto(
+            local, perfetto, api=api, progress=lambda step: bar.update(task, description=f"export: {step}")),
+            f"{perfetto} was not written")
+    typer.echo(f"traceql: {summary.text()}", err=True)
+    typer.echo(str(perfetto))
+
+
 @app.command("paper")
 def paper_cmd(
     inputs: Annotated[list[Path], typer.Argument(help="Run directories (or traces, ingested first) whose NVTX ranges "
