@@ -66,12 +66,15 @@ def main() -> int:
         summary = export_perfetto([root], out, api=not args.no_api,
                                   progress=lambda step: marks.setdefault(step, time.perf_counter()))
         total = time.perf_counter() - t
-        attribute_s = marks.get("write", t) - t
+        attribute_s = marks.get("predictions", t) - t
+        predictions_s = marks.get("write", t) - marks.get("predictions", t)
+        write_s = total - attribute_s - predictions_s
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        events = sum(summary.slices.values()) + summary.counters
         print(summary.text())
-        print(f"export: {total:.1f} s in all: attribution {attribute_s:.1f} s, writing the trace "
-              f"{total - attribute_s:.1f} s ({sum(summary.slices.values()) / max(total - attribute_s, 1e-9) / 1e6:.2f}"
-              f" M slices/s); {summary.bytes / 1e6:.0f} MB; peak RSS {rss:.0f} MiB")
+        print(f"export: {total:.1f} s in all: attribution {attribute_s:.1f} s, per-instance predictions "
+              f"{predictions_s:.1f} s, writing the trace {write_s:.1f} s ({events / max(write_s, 1e-9) / 1e6:.2f} M "
+              f"slices and counter samples/s); {summary.bytes / 1e6:.0f} MB; peak RSS {rss:.0f} MiB")
     return 0
 
 

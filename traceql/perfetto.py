@@ -444,7 +444,7 @@ SELECT f.run_id, f.device_id, f.global_pid, f.stream_id, f.activity, f.kind, f.n
        l.flow_id AS launch_flow, wf.flows AS wait_flows
 FROM instance_facts f
 LEFT JOIN _instance_baselines b ON b.run_id = f.run_id AND b.activity_id = f.activity_id
-LEFT JOIN instance_predictions p ON p.run_id = f.run_id AND p.activity_id = f.activity_id
+LEFT JOIN _pf_predictions p ON p.run_id = f.run_id AND p.activity_id = f.activity_id
 LEFT JOIN kernel_attribution a ON a.run_id = f.run_id AND a.group_id = b.group_id AND a.nvtx IS NULL
 LEFT JOIN _pf_launches l ON l.run_id = f.run_id AND l.global_pid = f.global_pid
      AND l.correlation_id = f.correlation_id
@@ -919,6 +919,9 @@ def export_perfetto(inputs: Sequence[str | Path] | str | Path, out: str | Path, 
         con = con or duck.connect()
         say("attribute")
         result = attribute(inputs if not isinstance(inputs, str | Path) else [inputs], con=con, workdir=workdir)
+        say("predictions")  # per instance: instance_predictions, which attribute takes medians of without keeping
+        con.execute("CREATE OR REPLACE TEMP TABLE _pf_predictions AS SELECT run_id, activity_id, sm_pt, dram_pt, "
+                    "cache_pt, clock_pt, link_pt FROM instance_predictions")
         say("write")
         con.execute(_LAUNCHES_SQL if api else "CREATE OR REPLACE TEMP TABLE _pf_launches AS SELECT NULL::VARCHAR AS "
                     "run_id, NULL::BIGINT AS global_pid, NULL::BIGINT AS correlation_id, NULL::BIGINT AS flow_id "
