@@ -16,8 +16,11 @@
 -- DRAM: when the victim's and co-runners' isolated rates together exceed saturation, and the rate measured during
 --     the instance shows DRAM busy (dram_busy_frac of saturation; no metrics: the demand alone), the bandwidth is
 --     shared max-min fairly: the victim keeps min(r_v, max(sat/2, sat - r_c)), x = r_v / that - 1.
--- cache: for kernels (a copy engine streams, with no reuse to lose), beside co-runners with a footprint (isolated DRAM rate >= footprint_min_pct, or a profiled working set),
---     with DRAM busy: the victim's L2 reuse lost. With a Nsight Compute profile whose working set fits in L2 alone
+-- cache: for kernels (a copy engine streams, with no reuse to lose), beside co-runners with a footprint (isolated DRAM
+--     rate >= footprint_min_pct, or a profiled working set), with DRAM busy: the victim's L2 reuse lost. Co-runners
+--     that live in L2 show no DRAM rate alone; their footprint shows as traffic neither side makes alone: the DRAM
+--     rate measured during the instance at least extra_traffic_min_pct above the victim's and co-runners' rates alone
+--     together, when every co-runner's rate alone is known (a witness that opens the model, never its numerator). With a Nsight Compute profile whose working set fits in L2 alone
 --     but not beside the co-runners', every hit becomes a miss: x = 1/(1 - hit rate) - 1 times the victim's share
 --     of DRAM under sharing; without one, the calibrated in-overlap loss (_calibration.cache_in_overlap).
 --     `dram_bw` and `cache` explain the same busy DRAM two ways: kernel_attribution takes one of them.
@@ -57,7 +60,8 @@
 --   link_pt             DOUBLE   link prediction, point
 --   link_hi             DOUBLE   link prediction, point plus its band
 --   clock_power         BOOLEAN  the clock dropped while the device drew more power than in isolation (NVML)
---   cache_evidence      VARCHAR  ncu_working_set (profiles), footprint (co-runners with DRAM traffic), or NULL
+--   cache_evidence      VARCHAR  ncu_working_set (profiles), footprint (co-runners with DRAM traffic), extra_traffic
+--                                (traffic beyond the demand alone), or NULL
 WITH inst AS (
     SELECT i.run_id, i.device_id, i.activity_id, b.group_id, i.activity, i.activity_class, i.dur_ns, b.t0_ns,
            i.overlap_fraction AS f, i.comm_fraction, i.ctas, i.sm_count AS s_count,
@@ -68,7 +72,7 @@ WITH inst AS (
            n.l2_hit_pct, n.working_set_bytes, i.co_working_set_bytes, d.l2_bytes,
            -- the victim's own alone rate is evidently achievable (Nsight Compute's scale may differ a little)
            greatest(c.dram_sat_pct, coalesce(p.dram_pct_iso, n.dram_pct, 0)) AS sat, c.dram_per_sm_pct AS per_sm,
-           t.memory_bound_frac, t.dram_busy_frac, t.footprint_min_pct,
+           t.memory_bound_frac, t.dram_busy_frac, t.footprint_min_pct, t.extra_traffic_min_pct,
            k.sm_band, CASE WHEN i.activity = 'kernel' THEN k.dram_bw_band ELSE k.dram_bw_copy_band END AS dram_bw_band,
            k.cache_band, k.clock_band, k.link_band, k.cache_in_overlap
     FROM instance_facts i JOIN _instance_baselines b USING (run_id, activity_id)
@@ -79,16 +83,41 @@ WITH inst AS (
     LEFT JOIN devices d ON d.run_id = i.run_id AND d.device_id = i.device_id
     CROSS JOIN _thresholds t CROSS JOIN _calibration k
     WHERE i.overlap_ns > 0 AND b.t0_ns > 0
+), known_demand AS (
+    -- signatures whose DRAM rate alone was measured: an isolated instance with GPU metrics, or a Nsight Compute profile
+    SELECT DISTINCT r.run_id, r.device_id, r.sig
+    FROM _activity_rows r JOIN _instance_overlap o USING (run_id, device_id, activity_id)
+    JOIN _instance_metrics m USING (run_id, device_id, activity_id)
+    WHERE o.overlap_ns = 0 AND r.dur_ns > 0 AND m.dram_pct IS NOT NULL
+    UNION
+    SELECT run_id, device_id, sig FROM _ncu_demand WHERE dram_pct IS NOT NULL
+), unknown_demand AS (
+    -- kernels whose DRAM rate alone nobody measured (_activity_dram counts them 0; a copy's or set's bytes give its)
+    SELECT a.run_id, a.device_id, a.activity_id, a.start_ns, a.end_ns
+    FROM _activity_rows a ANTI JOIN known_demand k USING (run_id, device_id, sig)
+    WHERE a.activity = 'kernel'
+), extra_traffic AS (
+    -- the witness of lost reuse: DRAM traffic measured during the instance at least extra_traffic_min_pct above what
+    -- it and its co-runners move alone, when every co-runner's demand alone is known (else the traffic may be theirs)
+    SELECT i.run_id, i.activity_id
+    FROM inst i JOIN instance_facts f USING (run_id, activity_id)
+    WHERE i.c_dram - i.r_v - coalesce(i.r_c, 0) >= i.extra_traffic_min_pct
+      AND NOT EXISTS (SELECT 1 FROM unknown_demand u
+                      WHERE u.run_id = i.run_id AND u.device_id = i.device_id AND u.activity_id <> i.activity_id
+                        AND u.start_ns < f.end_ns AND u.end_ns > f.start_ns)
 ), shaped AS (
-    SELECT *,
+    SELECT inst.*,
            s_count - held AS free,
            coalesce(r_v >= memory_bound_frac * sat, false) AS memory_bound,
-           coalesce(r_c >= footprint_min_pct, false) OR coalesce(co_working_set_bytes > 0, false) AS footprint,
+           x.activity_id IS NOT NULL AS extra_traffic,
+           coalesce(r_c >= footprint_min_pct, false) OR coalesce(co_working_set_bytes > 0, false) AS footprint_alone,
+           coalesce(r_c >= footprint_min_pct, false) OR coalesce(co_working_set_bytes > 0, false)
+               OR x.activity_id IS NOT NULL AS footprint,
            -- the witness: DRAM measured busy during the instance (NULL without GPU metrics)
            c_dram >= dram_busy_frac * sat AS measured_busy,
            -- the victim's DRAM share, max-min fair against the co-runners' demand
            least(r_v, greatest(sat / 2, sat - coalesce(r_c, 0))) AS dram_kept
-    FROM inst
+    FROM inst LEFT JOIN extra_traffic x USING (run_id, activity_id)
 ), in_overlap AS (
     -- each factor's slowdown while overlapped (x), from demand and the device alone
     SELECT *,
@@ -106,8 +135,9 @@ WITH inst AS (
                   AND working_set_bytes + co_working_set_bytes > l2_bytes
              THEN (1 / (1 - least(l2_hit_pct, 99) / 100)) * r_v / dram_kept - 1
              WHEN l2_hit_pct IS NOT NULL AND co_working_set_bytes IS NOT NULL THEN 0
-             -- no profile: only a measured busy DRAM (never the demand alone) opens the calibrated loss
-             WHEN coalesce(measured_busy, false) THEN cache_in_overlap ELSE 0 END AS x_cache,
+             -- no profile: only a measured busy DRAM or traffic beyond the demand (never the demand alone) opens
+             -- the calibrated loss
+             WHEN coalesce(measured_busy, false) OR extra_traffic THEN cache_in_overlap ELSE 0 END AS x_cache,
         CASE WHEN activity_class <> 'compute' OR NOT coalesce(clock > 0 AND clock_iso > 0, false) THEN 0
              -- (+ 0.0: a clock above the isolated one times a zero weight is -0.0, which would print as such)
              ELSE (clock_iso / clock - 1) * (1 - least(1, coalesce(r_v, 0) / sat)) + 0.0 END AS x_clock,
@@ -141,5 +171,6 @@ SELECT run_id, device_id, activity_id, group_id, dur_ns / t0_ns - 1 AS observed,
        link_pt + coalesce(link_band, abs(link_pt)) AS link_hi,
        coalesce(clock_pt > 0 AND power_w > power_iso, false) AS clock_power,
        CASE WHEN x_cache > 0 AND l2_hit_pct IS NOT NULL AND co_working_set_bytes IS NOT NULL THEN 'ncu_working_set'
-            WHEN x_cache > 0 THEN 'footprint' END AS cache_evidence
+            WHEN x_cache > 0 AND footprint_alone THEN 'footprint'
+            WHEN x_cache > 0 THEN 'extra_traffic' END AS cache_evidence
 FROM predicted

@@ -105,7 +105,8 @@
 --   ncu_working_set_bytes DOUBLE  witness: DRAM bytes read + written alone under Nsight Compute (bytes)
 --   co_working_set_bytes DOUBLE   witness: profiled co-runners' working sets while overlapping (bytes)
 --   l2_bytes             BIGINT   witness: the device's L2 size (bytes)
---   cache_evidence       VARCHAR  cache evidence found: ncu_working_set (profiles), footprint (co-runners' traffic), NULL
+--   cache_evidence       VARCHAR  cache evidence found: ncu_working_set (profiles), footprint (co-runners' traffic),
+--                                 extra_traffic (DRAM traffic beyond the demand alone), NULL
 WITH demand AS (
     SELECT k.*, p.* EXCLUDE (group_id), k.occupancy AS launch_occupancy, coalesce(n.ctas_per_sm, k.occupancy) AS occ,
            CASE WHEN n.ctas_per_sm IS NOT NULL THEN 'ncu' ELSE 'launch' END AS occupancy_source,

@@ -510,17 +510,19 @@ def test_dram_saturation_alone(tmp_path):
     assert a["memory_bound"] is True and a["agreement"] == "agrees" and a["class"] == "dram_bw"
 
 
-def _half_pair(corunner_alone_pct: float):
-    """Two half-SM kernels: alone the victim moves 10% of DRAM peak and the co-runner ``corunner_alone_pct``;
-    paired (the victim 3000 ns instead of 1000), the device moves 60%: DRAM busy (>= 0.6 x 88, the saturation
-    floor), though their demand (10% + the co-runner's) stays far below saturation."""
+def _half_pair(corunner_alone_pct: float | None, victim_alone_pct: float = 10):
+    """Two half-SM kernels: alone the victim moves ``victim_alone_pct`` of DRAM peak and the co-runner
+    ``corunner_alone_pct`` (None: the co-runner never runs alone, so its rate alone is unknown); paired (the victim
+    3000 ns instead of 1000), the device moves 60%: DRAM busy (>= 0.6 x 88, the saturation floor), though their
+    demand stays far below saturation."""
     kernels = _isolated("half", (0, 2000, 4000), 1000, ctas=50, **ONE_PER_SM)
-    kernels += _isolated("other_half", (6000, 8000), 1000, ctas=50, **ONE_PER_SM)
+    if corunner_alone_pct is not None:
+        kernels += _isolated("other_half", (6000, 8000), 1000, ctas=50, **ONE_PER_SM)
     kernels += [dict(name="half", start_ns=10_000, end_ns=13_000, ctas=50, **ONE_PER_SM),
                 dict(name="other_half", start_ns=9_900, end_ns=13_100, ctas=50, **ONE_PER_SM)]
-    metrics = _metric_windows([(s, s + 1000, {READ: 10}) for s in (0, 2000, 4000)]
-                              + [(s, s + 1000, {READ: corunner_alone_pct}) for s in (6000, 8000)]
-                              + [(10_000, 13_000, {READ: 60})])
+    alone = [] if corunner_alone_pct is None else [(s, s + 1000, {READ: corunner_alone_pct}) for s in (6000, 8000)]
+    metrics = _metric_windows([(s, s + 1000, {READ: victim_alone_pct}) for s in (0, 2000, 4000)]
+                              + alone + [(10_000, 13_000, {READ: 60})])
     return kernels, metrics
 
 
@@ -555,14 +557,35 @@ def test_cache_factor(tmp_path):
 
 
 def test_no_cache_without_a_corunner_footprint(tmp_path):
-    """The same busy DRAM beside a co-runner that moves nothing alone (an SM-holding spin kernel, 0.5% < 5%) is
-    not cache interference: nothing predicts the loss."""
-    kernels, metrics = _half_pair(0.5)
+    """Busy DRAM beside a co-runner that moves nothing alone (an SM-holding spin kernel, 0.5% < 5%), when the
+    victim's own rate alone accounts for it (55% + 0.5% of the 60% measured: less than extra_traffic_min_pct
+    beyond the demand), is not cache interference: nothing predicts the loss."""
+    kernels, metrics = _half_pair(0.5, victim_alone_pct=55)
     a = _by_name(_attr(tmp_path, kernels=kernels, gpu_metrics=metrics))["half"]
     assert a["dram_busy"] == approx(60 / 88)
     assert a["footprint"] is False and a["cache_evidence"] is None and a["explained"]["cache"] == 0
     assert a["memory_explanation"] is None and a["predicted"] == 0
     assert a["class"] == "unexplained" and a["reason"].startswith("no factor is present")
+
+
+def test_cache_from_traffic_beyond_the_demand(tmp_path):
+    """Two kernels that live in L2 alone (10% and 0.5% of DRAM peak) move 60% together: 49.5 points of traffic that
+    neither makes alone (>= extra_traffic_min_pct) is lost reuse, though the co-runner shows no footprint in DRAM
+    alone: the calibrated in-overlap loss, with that evidence named."""
+    kernels, metrics = _half_pair(0.5)
+    a = _by_name(_attr(tmp_path, kernels=kernels, gpu_metrics=metrics))["half"]
+    assert a["co_dram_pct"] == approx(0.5) and a["footprint"] is True and a["cache_evidence"] == "extra_traffic"
+    assert a["memory_explanation"] == "cache" and a["explained"]["cache"] == approx(CACHE_IN_OVERLAP)
+    assert a["class"] == "cache"
+
+
+def test_no_cache_from_traffic_of_a_corunner_never_measured_alone(tmp_path):
+    """The same traffic beside a co-runner that never ran alone (its rate alone unknown, counted 0 in its demand):
+    the traffic may be its own, so it is no witness of lost reuse."""
+    kernels, metrics = _half_pair(None)
+    a = _by_name(_attr(tmp_path, kernels=kernels, gpu_metrics=metrics))["half"]
+    assert a["co_dram_pct"] == approx(0) and a["dram_busy"] == approx(60 / 88)
+    assert a["footprint"] is False and a["cache_evidence"] is None and a["explained"]["cache"] == 0
 
 
 def test_link_factor(tmp_path):
@@ -614,7 +637,7 @@ def test_json_contract(result_a):
     json.dumps(doc)  # plain JSON types only
     assert set(doc) == {"schema_version", "runs", "summary", "kernels", "notes", "verdicts", "waits"}
     assert [v["device_id"] for v in doc["verdicts"]] == [0] and "saved" in doc["verdicts"][0]["text"]
-    assert doc["schema_version"] == 4
+    assert doc["schema_version"] == 5
     [v] = doc["verdicts"]
     # the one overlapped compute row got a cause (sm): all of the overlapped compute time is answered; one device
     # runs no collective another device could be late for
@@ -736,7 +759,7 @@ def test_cli_json(store_a):
     rc, out, err = run_cli("attribute", store_a, "--format", "json")
     assert rc == 0, err
     doc = json.loads(out)
-    assert doc["schema_version"] == 4 and doc["kernels"][0]["name"] == "gemm_A"
+    assert doc["schema_version"] == 5 and doc["kernels"][0]["name"] == "gemm_A"
     # SM predicts 0.25 -/+ 0.1739 of the observed 0.5: the one present factor misses its band and is still named
     assert doc["kernels"][0]["class"] == "sm" and doc["kernels"][0]["agreement"] == "under"
 

@@ -28,7 +28,7 @@ BATCH_ROWS = 1 << 20  # rows per Arrow batch read from DuckDB
 # the columns of _group_predictions and how each is taken from _prediction_inputs' (its SQL says the same)
 ANY_OF = ("memory_bound", "footprint", "clock_power")  # bool_or
 FIRST = ("dram_sat_pct",)  # any_value: the same on every instance of a group
-EVIDENCE = ("ncu_working_set", "footprint")  # cache_evidence: the first that some instance has
+EVIDENCE = ("ncu_working_set", "footprint", "extra_traffic")  # cache_evidence: the first that some instance has
 
 
 def group_predictions(con: duckdb.DuckDBPyConnection) -> None:
@@ -67,7 +67,10 @@ def _reduced(t: pa.Table, schema: pa.Schema) -> pa.Table:
         if name == "cache_evidence":
             text = pc.fill_null(column, "").to_numpy(zero_copy_only=False)
             has = [np.add.reduceat(text == e, starts) > 0 for e in EVIDENCE]
-            out[name] = pa.array(np.where(has[0], EVIDENCE[0], np.where(has[1], EVIDENCE[1], None)), pa.string())
+            first = np.full(len(starts), None, dtype=object)
+            for e, h in reversed(list(zip(EVIDENCE, has, strict=True))):
+                first = np.where(h, e, first)
+            out[name] = pa.array(first, pa.string())
             continue
         if name in ANY_OF:
             true = pc.fill_null(column, False).to_numpy(zero_copy_only=False)
