@@ -337,3 +337,24 @@ def test_perfettos_trace_processor_reads_the_same(exported, con):
         assert flows == summary.flows["launch"] + summary.flows["wait"]
     finally:
         tp.close()
+
+
+def test_several_runs_side_by_side(tmp_path):
+    """A store of two runs: each GPU is named with its run, and holds that run's activities only."""
+    runs = tmp_path / "store"
+    traceql.ingest([DATA / "h100" / "known_cause.sqlite.xz", STRAGGLER / "nccl_payload.sqlite.xz"], runs)
+    summary = export_perfetto(runs, tmp_path / "two.pftrace", api=False)
+    trace = Trace(summary.path)
+    con = traceql.connect(runs)
+    want = collections.Counter({(r, d): n for r, d, n in con.sql(
+        "SELECT run_id, device_id, count(*) FROM kernels GROUP BY ALL").fetchall()})
+    assert len({r for r, _ in want}) == 2 and summary.runs == 2
+    got = collections.Counter()
+    for s in trace.slices:
+        if s["category"] == "kernel":
+            t = trace.tracks[s["track"]]
+            process = trace.tracks[t.parent_uuid].process.process_name
+            got[(process.split("(run ")[1].rstrip(")"), trace.gpu(s["track"]))] += 1
+    assert got == want
+    pids = [t.process.pid for t in trace.tracks.values() if t.HasField("process")]
+    assert len(pids) == len(set(pids))

@@ -61,12 +61,13 @@ FACTORS = ("sm", "dram_bw", "cache", "clock", "link")
 
 class Col:
     """A column of byte strings, one per row, kept as blocks of padded bytes: each block a (rows, width) array of
-    bytes and a mask of those that are there. Concatenating columns row by row is then a list of blocks, and the
-    bytes come out in one pass (:func:`to_bytes`): the blocks side by side, read row after row, masked."""
+    bytes and a mask of those that are there (None: all are). Concatenating columns row by row is then a list of
+    blocks, and the bytes come out in one pass (:func:`to_bytes`): the blocks side by side, read row after row,
+    masked."""
 
     __slots__ = ("blocks", "lengths")
 
-    def __init__(self, blocks: list[tuple[np.ndarray, np.ndarray]], lengths: np.ndarray):
+    def __init__(self, blocks: list[tuple[np.ndarray, np.ndarray | None]], lengths: np.ndarray):
         self.blocks, self.lengths = blocks, lengths
 
     def __len__(self) -> int:
@@ -94,7 +95,8 @@ def varints(values) -> Col:
     groups = ((v[:, None] >> shifts[None, :]) & np.uint64(0x7F)).astype(np.uint8)
     place = np.arange(width)[None, :]
     groups |= (place < (nbytes[:, None] - 1)).astype(np.uint8) << np.uint8(7)
-    return Col([(groups, place < nbytes[:, None])], nbytes)
+    valid = None if (nbytes == width).all() else place < nbytes[:, None]
+    return Col([(groups, valid)], nbytes)
 
 
 def fixed64(values) -> Col:
@@ -102,43 +104,62 @@ def fixed64(values) -> Col:
     v = np.asarray(values)
     v = np.ascontiguousarray(v, "<f8" if v.dtype.kind == "f" else "<u8")
     n = len(v)
-    return Col([(v.view(np.uint8).reshape(n, 8), np.broadcast_to(np.True_, (n, 8)))], np.full(n, 8, np.int64))
+    return Col([(v.view(np.uint8).reshape(n, 8), None)], np.full(n, 8, np.int64))
 
 
 def const(raw: bytes, n: int) -> Col:
-    data = np.broadcast_to(np.frombuffer(raw, np.uint8), (n, len(raw)))
-    return Col([(data, np.broadcast_to(np.True_, (n, len(raw))))], np.full(n, len(raw), np.int64))
+    return Col([(np.broadcast_to(np.frombuffer(raw, np.uint8), (n, len(raw))), None)], np.full(n, len(raw), np.int64))
+
+
+def _is_const(block) -> bool:
+    data, valid = block
+    return valid is None and data.strides[0] == 0
 
 
 def cat(cols: Sequence[Col | None]) -> Col:
-    """Row by row, the concatenation of the columns' byte strings."""
+    """Row by row, the concatenation of the columns' byte strings (adjacent constants become one)."""
     cols = [c for c in cols if c is not None]
-    return Col([b for c in cols for b in c.blocks], np.sum([c.lengths for c in cols], axis=0))
+    blocks: list = []
+    for c in cols:
+        for block in c.blocks:
+            if blocks and _is_const(block) and _is_const(blocks[-1]):
+                raw = np.concatenate([blocks[-1][0][0], block[0][0]])
+                blocks[-1] = (np.broadcast_to(raw, (len(c), len(raw))), None)
+            else:
+                blocks.append(block)
+    return Col(blocks, np.sum([c.lengths for c in cols], axis=0))
 
 
 def keep(col: Col, mask: np.ndarray | None) -> Col:
     """The column with the rows where ``mask`` is False emptied."""
     if mask is None or mask.all():
         return col
-    return Col([(d, v & mask[:, None]) for d, v in col.blocks], col.lengths * mask)
+    rows = mask[:, None]
+    return Col([(d, np.broadcast_to(rows, d.shape) if v is None else v & rows) for d, v in col.blocks],
+               col.lengths * mask)
 
 
-def padded(col: Col) -> tuple[np.ndarray, np.ndarray]:
+def padded(col: Col) -> tuple[np.ndarray, np.ndarray | None]:
     """The column as one block."""
     if len(col.blocks) == 1:
         return col.blocks[0]
-    return np.hstack([d for d, _ in col.blocks]), np.hstack([v for _, v in col.blocks])
+    data = np.hstack([d for d, _ in col.blocks])
+    if all(v is None for _, v in col.blocks):
+        return data, None
+    return data, np.hstack([np.broadcast_to(np.True_, d.shape) if v is None else v for d, v in col.blocks])
 
 
 def to_bytes(col: Col) -> np.ndarray:
     data, valid = padded(col)
-    return data[valid] if len(data) else np.zeros(0, np.uint8)
+    if not len(data):
+        return np.zeros(0, np.uint8)
+    return np.ascontiguousarray(data).reshape(-1) if valid is None else data[valid]
 
 
 def take(col: Col, index: np.ndarray) -> Col:
     """The rows ``index``, in that order."""
     data, valid = padded(col)
-    return Col([(data[index], valid[index])], col.lengths[index])
+    return Col([(data[index], None if valid is None else valid[index])], col.lengths[index])
 
 
 def stack(a: Col, b: Col) -> Col:
@@ -147,6 +168,7 @@ def stack(a: Col, b: Col) -> Col:
     width = max(da.shape[1], db.shape[1])
 
     def wide(d, v):
+        v = np.broadcast_to(np.True_, d.shape) if v is None else v
         if d.shape[1] == width:
             return d, v
         pad = ((0, 0), (0, width - d.shape[1]))
@@ -262,7 +284,7 @@ class Writer:
 
     def track(self, name: str, *, parent: int | None = None, process: tuple[int, str] | None = None,
               thread: tuple[int, int, str] | None = None, counter: str | None = None, rank: int | None = None,
-              description: str | None = None) -> int:
+              description: str | None = None, explicit_order: bool = False) -> int:
         """Describe a track; its uuid."""
         uuid = self.next_uuid
         self.next_uuid += 1
@@ -281,6 +303,8 @@ class Writer:
             body += pbytes(14, description)
         if rank is not None:
             body += pint(12, rank)
+        if explicit_order:  # children in the order of their sibling_order_rank
+            body += pint(11, 3)
         self.packet(pint(_SEQ, SEQ_ID) + pbytes(_TRACK_DESCRIPTOR, body))
         return uuid
 
@@ -544,7 +568,8 @@ class _Exporter:
             ORDER BY 1, 2""").fetchall()
         for i, (run_id, device, name) in enumerate(rows):
             label = f"GPU {device}" + (f": {name}" if name else "") + self.run_label(run_id)
-            self.gpu[(run_id, device)] = self.w.track(label, process=(_GPU_PID_BASE + i, label), rank=i)
+            self.gpu[(run_id, device)] = self.w.track(label, process=(_GPU_PID_BASE + i, label), rank=i,
+                                                      explicit_order=True)
 
     def lane_track(self, key: tuple, lane: int, name: str, parent: int, rank: int | None = None, **kw) -> int:
         full = key + (lane,)
