@@ -54,9 +54,6 @@ _TE_COUNTER_DOUBLE, _TE_FLOWS, _TE_TERMINATING_FLOWS = 44, 47, 48
 _ARG_NAME_IID, _ARG_BOOL, _ARG_INT, _ARG_DOUBLE, _ARG_STRING_IID = 1, 2, 4, 5, 17
 _INTERNED_FIELDS = {"categories": 1, "names": 2, "arg_names": 3, "strings": 29}
 
-FACTORS = ("sm", "dram_bw", "cache", "clock", "link")
-
-
 # -- the protobuf wire format, a column of rows at a time -----------------------------------------------------------
 
 class Col:
@@ -611,7 +608,9 @@ class _Exporter:
             self.slices["memset"] += int((activity == "memset").sum())
 
     def pid_of(self, run_id: str, global_pid: int) -> int:
-        return self.pids.get((run_id, global_pid), global_pid)
+        """The process id the trace recorded (``global_pid`` where it has none)."""
+        pid = self.real_pids.get((run_id, global_pid))
+        return global_pid if pid is None else pid
 
     def gpu_args(self, b: pa.RecordBatch) -> list[Arg]:
         overlapped = pc.fill_null(pc.greater(b.column("overlap_ns"), 0), False)
@@ -810,6 +809,7 @@ class _Exporter:
         real = [pid for pid, _ in procs.values() if pid is not None]
         unique = len(set(real)) == len(real) and all(0 < p < _GPU_PID_BASE for p in real)
         self.pids = {}
+        self.real_pids = {k: pid for k, (pid, _) in procs.items()}
         self.process_track: dict[tuple[str, int], int] = {}
         for i, ((run_id, gpid), (pid, name)) in enumerate(sorted(procs.items())):
             shown = pid if unique and pid is not None else _CPU_PID_BASE + i
