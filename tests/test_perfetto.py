@@ -358,3 +358,36 @@ def test_several_runs_side_by_side(tmp_path):
     assert got == want
     pids = [t.process.pid for t in trace.tracks.values() if t.HasField("process")]
     assert len(pids) == len(set(pids))
+
+
+def test_overlaps_nesting_and_ties_on_one_track(tmp_path):
+    """What Perfetto cannot draw on one track goes to a second one, and begins and ends at one time pair as they
+    should: kernels of one stream that overlap, ranges nested with equal ends and starts, zero-length ranges, a
+    start/end range crossing another, API calls nested in API calls."""
+    from synthetic import make_store
+
+    kernels = [dict(start_ns=1000, end_ns=2000, name="a<int, 2>"), dict(start_ns=1500, end_ns=2500, name="b"),
+               dict(start_ns=2500, end_ns=3000, name="c"), dict(start_ns=2500, end_ns=2500, name="z"),
+               dict(start_ns=5000, end_ns=6000, name="d"), dict(start_ns=3000, end_ns=4000, name="alone")]
+    nvtx = [dict(start_ns=0, end_ns=10_000, text="outer", depth=0),
+            dict(start_ns=0, end_ns=5000, text="inner", depth=1),
+            dict(start_ns=5000, end_ns=10_000, text="second", depth=1),
+            dict(start_ns=5000, end_ns=5000, text="empty", depth=2),
+            dict(start_ns=100, end_ns=200, text="se1", event_type="start_end"),
+            dict(start_ns=150, end_ns=300, text="se2", event_type="start_end")]
+    api = [dict(start_ns=10, end_ns=90, name="cudaLaunchKernel"), dict(start_ns=20, end_ns=90, name="cuLaunchKernel"),
+           dict(start_ns=90, end_ns=95, name="cudaStreamSynchronize")]
+    runs = make_store(tmp_path / "store", kernels=kernels, nvtx=nvtx, runtime_api=api)
+    trace = Trace(export_perfetto(runs, tmp_path / "t.pftrace").path)
+    assert trace.unclosed == 0
+    got = {s["name"]: (trace.name(s["track"]), s["ts"], s["dur"], s["depth"]) for s in trace.slices
+           if s["category"] in ("kernel", "nvtx", "cuda_api")}
+    assert got["a<int, 2>"] == ("stream 7", 1000, 1000, 0)
+    assert got["b"] == ("stream 7 (2)", 1500, 1000, 0)  # overlaps a: the stream's second track
+    assert got["c"][1:] == (2500, 500, 0) and got["z"][1:] == (2500, 0, 0) and got["d"][1:] == (5000, 1000, 0)
+    assert got["alone"] == ("stream 7", 3000, 1000, 0)
+    assert got["outer"][1:] == (0, 10_000, 0) and got["inner"][1:] == (0, 5000, 1)
+    assert got["second"][1:] == (5000, 5000, 1) and got["empty"][1:] == (5000, 0, 2)
+    assert got["se1"][0] == "NVTX start/end ranges" and got["se2"][0] == "NVTX start/end ranges (2)"
+    assert got["cudaLaunchKernel"][1:] == (10, 80, 0) and got["cuLaunchKernel"][1:] == (20, 70, 1)
+    assert got["cudaStreamSynchronize"][1:] == (90, 5, 0)
