@@ -14,12 +14,12 @@
 --                                 and 0.68 on the H100, the closest to flipping)
 --   footprint_min_pct     DOUBLE  a co-runner with an isolated DRAM rate below this (% of peak) has no cache
 --                                 footprint (the SM-holding spin kernel 0.0%; real co-runners 20% and more)
+--   dram_sat_floor_pct    DOUBLE  DRAM saturation is never taken below this (% of peak): what full-grid streaming
+--                                 kernels reach alone (H100 89.9%, H200 89.4%); a trace that never saturates DRAM
+--                                 would otherwise calibrate saturation to its own highest, unsaturated rate
 --   extra_traffic_min_pct DOUBLE  DRAM traffic measured during an instance this far (% of peak) above the victim's
 --                                 and its co-runners' rates alone together is traffic neither makes alone: lost L2
 --                                 reuse. Three times the sampling noise of the calibration rows whose demand stays
 --                                 below saturation (measured minus demand -3.2 to +0.6 points)
---   dram_sat_floor_pct    DOUBLE  DRAM saturation is never taken below this (% of peak): what full-grid streaming
---                                 kernels reach alone (H100 89.9%, H200 89.4%); a trace that never saturates DRAM
---                                 would otherwise calibrate saturation to its own highest, unsaturated rate
 SELECT 0.5::DOUBLE AS memory_bound_frac, 0.6::DOUBLE AS dram_busy_frac, 5.0::DOUBLE AS footprint_min_pct,
        88.0::DOUBLE AS dram_sat_floor_pct, 10.0::DOUBLE AS extra_traffic_min_pct

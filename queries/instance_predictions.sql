@@ -96,15 +96,35 @@ WITH inst AS (
     SELECT a.run_id, a.device_id, a.activity_id, a.start_ns, a.end_ns
     FROM _activity_rows a ANTI JOIN known_demand k USING (run_id, device_id, sig)
     WHERE a.activity = 'kernel'
-), extra_traffic AS (
+), unknown_edges AS (
+    -- per device and time, the unknown-demand kernels running after it and those started up to it (ends and starts
+    -- at one time taken together: an end at a time is before a start there, so touching intervals do not overlap)
+    SELECT run_id, device_id, t,
+           sum(sum(started) - sum(ended)) OVER w AS running, sum(sum(started)) OVER w AS started_upto
+    FROM (SELECT run_id, device_id, start_ns AS t, 1 AS started, 0 AS ended FROM unknown_demand
+          UNION ALL SELECT run_id, device_id, end_ns AS t, 0 AS started, 1 AS ended FROM unknown_demand)
+    GROUP BY run_id, device_id, t
+    WINDOW w AS (PARTITION BY run_id, device_id ORDER BY t ROWS UNBOUNDED PRECEDING)
+), candidates AS (
     -- the witness of lost reuse: DRAM traffic measured during the instance at least extra_traffic_min_pct above what
-    -- it and its co-runners move alone, when every co-runner's demand alone is known (else the traffic may be theirs)
-    SELECT i.run_id, i.activity_id
+    -- it and its co-runners move alone
+    SELECT i.run_id, i.device_id, i.activity_id, f.start_ns, f.end_ns,
+           u.activity_id IS NOT NULL AS self_unknown
     FROM inst i JOIN instance_facts f USING (run_id, activity_id)
+    LEFT JOIN unknown_demand u ON u.run_id = i.run_id AND u.activity_id = i.activity_id
     WHERE i.c_dram - i.r_v - coalesce(i.r_c, 0) >= i.extra_traffic_min_pct
-      AND NOT EXISTS (SELECT 1 FROM unknown_demand u
-                      WHERE u.run_id = i.run_id AND u.device_id = i.device_id AND u.activity_id <> i.activity_id
-                        AND u.start_ns < f.end_ns AND u.end_ns > f.start_ns)
+), at_start AS (
+    SELECT c.*, coalesce(e.running, 0) AS running_at_start, coalesce(e.started_upto, 0) AS started_at_start
+    FROM candidates c ASOF LEFT JOIN unknown_edges e
+      ON e.run_id = c.run_id AND e.device_id = c.device_id AND e.t <= c.start_ns
+), extra_traffic AS (
+    -- ... when every co-runner's demand alone is known (else the traffic may be theirs): no unknown-demand kernel
+    -- other than itself runs at its start or starts before its end
+    SELECT a.run_id, a.activity_id
+    FROM at_start a ASOF LEFT JOIN unknown_edges e
+      ON e.run_id = a.run_id AND e.device_id = a.device_id AND e.t < a.end_ns
+    WHERE a.running_at_start - a.self_unknown::INT
+          + (coalesce(e.started_upto, 0) - a.started_at_start) = 0
 ), shaped AS (
     SELECT inst.*,
            s_count - held AS free,

@@ -2,7 +2,7 @@
 -- group): the observed slowdown with its interval, what each contended resource predicts for it (instance_predictions,
 -- medians over the overlapped instances: _group_predictions; none reads the observed durations), and the class.
 -- Predictions combine multiplicatively: 1 + predicted = (1+sm)(1+memory)(1+clock)(1+link), where memory is DRAM
--- bandwidth or lost L2 reuse (two explanations of one busy DRAM: the one nearer the observation in band units is
+-- bandwidth or lost L2 reuse (two explanations of one busy DRAM: the one under which the observation is likelier is
 -- taken); each factor's part of the prediction is predicted·ln(1+p)/ln(1+predicted), so the parts add up to it. The
 -- band is the root sum of squares of the present factors' calibrated error bands (_calibration).
 -- Class: with the observed interval within the band of the prediction, the factor with at least half of it (else
@@ -140,9 +140,12 @@ WITH demand AS (
     FROM present
 ), chosen AS (
     SELECT *,
-        -- the memory explanation: the only one present, or of two, the one nearer the observation in band units
+        -- the memory explanation: the only one present, or of two, the one under which the observation is likelier
+        -- (each total's error taken as normal with its band as the deviation: the smaller (e/band)^2/2 + ln band; a
+        -- wide band excuses a large error only at the price of its width)
         CASE WHEN dram_on AND cache_on
-             THEN CASE WHEN abs(s - total_cache) / band_cache < abs(s - total_dram) / band_dram
+             THEN CASE WHEN ((s - total_cache) / band_cache) ^ 2 / 2 + ln(band_cache)
+                            < ((s - total_dram) / band_dram) ^ 2 / 2 + ln(band_dram)
                        THEN 'cache' ELSE 'dram_bw' END
              WHEN cache_on THEN 'cache' WHEN dram_on THEN 'dram_bw' END AS memory
     FROM alternatives
@@ -212,11 +215,15 @@ SELECT run_id, device_id, nvtx, group_id, activity, kind, name, short_name, grid
             WHEN NOT sig THEN 'the slowdown interval includes 0 or stays under 1%'
             WHEN s <= 0 THEN 'faster when overlapped'
             WHEN p IS NULL THEN 'no model could be applied'
-            WHEN n_present = 0 THEN 'no factor is present: no SMs taken, DRAM not contended, clock and links unchanged'
+            -- without GPU metrics, DRAM, L2 and the clock were not tested: the sentence says so, not that they held
+            WHEN n_present = 0 THEN 'no factor is present: '
                  || CASE WHEN dram_pct_ovl IS NULL AND ncu_dram_pct IS NULL
-                         THEN ' (no GPU metrics: only the SM model could be applied)'
-                         WHEN dram_pct_ovl IS NULL THEN ' (no GPU metrics: only the SM model and Nsight Compute '
-                                                        || 'demand could be applied)' ELSE '' END
+                         THEN 'no SMs taken, links unchanged; DRAM, L2 cache and clock not tested '
+                              || '(no GPU metrics: only the SM model could be applied)'
+                         WHEN dram_pct_ovl IS NULL THEN 'no SMs taken, DRAM not contended by the profiled demand, links '
+                              || 'unchanged; clock not tested (no GPU metrics: only the SM model and Nsight Compute '
+                              || 'demand could be applied)'
+                         ELSE 'no SMs taken, DRAM not contended, clock and links unchanged' END
             WHEN agreement = 'agrees' AND p > 0 AND class_ <> 'unexplained' THEN NULL
             ELSE printf('%s%+.1f%% ± %.1f was predicted but %+.1f%% [%+.1f%%, %+.1f%%] was observed: %s by %.0f points%s',
                         CASE WHEN class_ <> 'unexplained' THEN class_ || ' is present, ' ELSE '' END,
