@@ -150,8 +150,9 @@ def _main(version: Annotated[bool, typer.Option("--version", help="Print the ver
 
 @app.command()
 def ingest(
-    traces: Annotated[list[str], typer.Argument(help="nsys .sqlite exports, parquetdir exports, .nsys-rep reports or "
-                                                     "Nsight Compute .ncu-rep reports (also .xz); paths or URLs "
+    traces: Annotated[list[str], typer.Argument(help="nsys .sqlite exports, parquetdir exports, .nsys-rep reports, "
+                                                     "Nsight Compute .ncu-rep reports (also .xz) or torch.profiler "
+                                                     "traces (.json, .json.gz); paths or URLs "
                                                      "(file://, or any fsspec protocol: s3://, memory://...).",
                                                 show_default=False)],
     out: Annotated[str, typer.Option("-o", "--out", help="Run directory to create or add to (a path, or a URL: "
@@ -166,7 +167,8 @@ def ingest(
                                             "query needs them (the export must stay where it is, unchanged).")]
     = False,
 ) -> None:
-    """Normalize Nsight Systems exports and Nsight Compute reports into a run directory of Parquet tables (v1)."""
+    """Normalize Nsight Systems exports, Nsight Compute reports and torch.profiler traces into a run directory of
+    Parquet tables (v1)."""
     from .ingest import DEFERRABLE
     from .ingest import ingest as do_ingest
     from .output import refuse_overwrite
