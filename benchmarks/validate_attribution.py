@@ -303,8 +303,8 @@ def coverage_table(rows: list[dict]) -> str:
     judged = [r for r in rows if r["judged"]]
     for side, target in COVERAGE_TARGETS.items():
         met = [r for r in judged if r[side] is not None and r[side] >= target]
-        out.append(f"\nTarget {target:.0%} of overlapped {side} time answered, on the DDP and FSDP2 runs (2 and 4 GPUs): met on "
-                   f"{len(met)} of {len(judged)} devices" + ("." if len(met) == len(judged) else
+        out.append(f"\nTarget {target:.0%} of overlapped {side} time answered, on the DDP and FSDP2 runs (2 and 4 "
+                   f"GPUs): met on {len(met)} of {len(judged)} devices" + ("." if len(met) == len(judged) else
                    " (missed: " + ", ".join(f"{r['run']} device {r['device']} {share(r[side])}" for r in judged
                                             if r not in met) + ")."))
     return "\n".join(out)
