@@ -31,7 +31,7 @@ Each child runs in a folder of its own, where DuckDB spills (``./.tmp``); it is 
 or once it has spilled more than ``--max-spill-gib``, so that a run which cannot finish does not fill the disk.
 The child imports traceql from this checkout (whatever is installed elsewhere). ``--against REV`` attributes the same
 store with traceql at git revision REV too (a temporary worktree), in the same way, and prints both side by side.
-Targets, for the default 10 M kernels on 8 GPUs with GPU metrics: attribute under 8 s and under 1.5 GiB peak RSS
+Targets, for the default 10 M kernels on 8 GPUs with GPU metrics: attribute under 15 s and under 2 GiB peak RSS
 (stated for a 2-core machine). Exit status 0 when both are met, 2 when not.
 """
 
@@ -67,12 +67,16 @@ COMM_SPAN = (4, 12)  # compute kernels one NCCL kernel overlaps
 T_ORIGIN_NS = 1_000_000_000
 METRICS = ("SMs Active [Throughput %]", "DRAM Read Bandwidth [Throughput %]", "DRAM Write Bandwidth [Throughput %]",
            "GPC Clock Frequency [MHz]", "NVLink TX User Data [Throughput %]")
-TARGET_WALL_S = 8.0
-TARGET_RSS_MIB = 1536
+TARGET_WALL_S = 15.0  # issue #41: 10 M kernels on 8 GPUs under 15 s and 2 GiB on 2 cores
+TARGET_RSS_MIB = 2048
 MIB = 1 << 20
 VIEWS = ("_activity_steps", "_metric_samples", "kernel_overlap", "kernel_metrics", "_activity_dram", "_corunner_dram",
          "kernel_instances", "kernel_signatures", "kernel_attribution", "device_summary")  # those that exist run
-ATTRIBUTE_CODE = ("import sys; sys.path.insert(0, {src!r}); import traceql.attribute as a; r = a.attribute([{dir!r}]); "
+# an editable install maps traceql.queries to its own checkout's queries/ (a finder after sys.path's): without it, the
+# package reads the queries/ beside the traceql/ it was imported from, so each checkout runs its own SQL
+ATTRIBUTE_CODE = ("import sys; sys.path.insert(0, {src!r}); "
+                  "sys.meta_path[:] = [f for f in sys.meta_path if getattr(f, '__name__', '') != '_EditableFinder']; "
+                  "import traceql.attribute as a; r = a.attribute([{dir!r}]); "
                   "print(r.kernels.num_rows, r.summary.num_rows)")
 CHECKOUT = Path(__file__).resolve().parent.parent
 

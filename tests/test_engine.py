@@ -11,14 +11,16 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pyarrow as pa
 import pytest
 from conftest import DATA
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from synthetic import make_store
 from test_intervals_property import KINDS, S, _reference, activity
 
 import traceql
-from traceql import analysis, duck
+from traceql import analysis, duck, engine, launch
 from traceql.engine import SWEPT, sweeps
 
 
@@ -114,6 +116,13 @@ def test_occurrence_is_the_rank_within_its_keys():
     want = [sum(1 for j in range(n) if a[j] == a[i] and b[j] == b[i] and (t[j], tiebreak[j]) < (t[i], tiebreak[i]))
             for i in range(n)]
     assert got.tolist() == want
+    # in the order of (t, tiebreak), as a thread's launches are read, the keys alone are sorted: the same ranks, and
+    # the counts per key (key_counts) from the same sort
+    order = np.lexsort((tiebreak, t))
+    until = rng.integers(0, 10**6, n)
+    ranks, counts = sweeps.occurrence_and_counts(a[order], b[order], t[order], tiebreak[order], until[order])
+    assert ranks.tolist() == [want[i] for i in order]
+    assert all(np.array_equal(x, y) for x, y in zip(counts, sweeps.key_counts(a, b, until), strict=True))
 
 
 def test_sample_means_of_every_metric_at_once_equal_one_by_one():
@@ -122,15 +131,18 @@ def test_sample_means_of_every_metric_at_once_equal_one_by_one():
     after the samples."""
     rng = np.random.default_rng(7)
     ts = np.sort(rng.choice(np.arange(0, 100_000, 7), 4_000, replace=False)).astype(np.int64)
-    values = rng.random((5, len(ts))) * 100
+    values = rng.random((7, len(ts))) * 100
     for row, every in enumerate((3, 5, 11, 2, 1000)):
         values[row, rng.integers(0, every, len(ts)) == 0] = np.nan
+    values[6] = np.nan  # a metric never sampled; row 5 is sampled at every sample
     start = rng.integers(-1_000, 101_000, 20_000)
     end = start + rng.integers(0, 300, len(start))
+    for rows in (range(7), [5, 6], [5], [6], [0, 5]):  # metrics sampled at every sample or never take a shortcut
+        means, counts = sweeps.sample_means(ts, values[list(rows)], start, end)
+        for i, row in enumerate(rows):
+            alone, k = sweeps.sample_means(ts, values[row], start, end)
+            assert np.array_equal(means[i], alone, equal_nan=True) and np.array_equal(counts[i], k)
     means, counts = sweeps.sample_means(ts, values, start, end)
-    for row in range(len(values)):
-        alone, k = sweeps.sample_means(ts, values[row], start, end)
-        assert np.array_equal(means[row], alone, equal_nan=True) and np.array_equal(counts[row], k)
     assert (counts == 0).any() and (counts > 1).any() and np.isnan(means).any()
 
 
@@ -542,3 +554,56 @@ def test_group_medians_read_in_small_batches_equal_one_batch(h200x2_store, monke
     whole = table()
     monkeypatch.setattr(medians, "BATCH_ROWS", 7)
     assert table() == whole and len(whole) > 100
+
+
+@pytest.mark.parametrize("case", ["in order", "a start goes back", "a tie broken otherwise", "with a copy"])
+def test_activity_rows_numbered_from_the_scan_as_stored(tmp_path, monkeypatch, case):
+    """Kernels alone, stored in their order: the activities are numbered from the scan as stored, with no sort, and
+    any row out of order (a start that goes back, runs in another order, a tie of device, start, end and process
+    broken by another id than the order's) has them sorted instead; with a copy or a set they are sorted at once.
+    Every case gives the reference SQL's rows, in its order (small batches: the order is checked across them)."""
+    monkeypatch.setattr(engine, "BATCH_ROWS", 5)
+    rng = np.random.default_rng(11)
+    runs = ["5e7e7e7e00000001", "5e7e7e7e00000002"]
+    for r, run in enumerate(runs):
+        kernels = []
+        for dev in (0, 1):
+            start = np.cumsum(rng.integers(0, 50, 12)) + 1_000 * r
+            kernels += [dict(device_id=dev, start_ns=int(s), end_ns=int(s) + int(d), name=f"k{i % 3}", ctas=8,
+                             global_pid=1, correlation_id=100 * dev + i)
+                        for i, (s, d) in enumerate(zip(start, rng.integers(1, 40, 12), strict=True))]
+        if case == "a start goes back" and r == 1:
+            kernels[3], kernels[4] = kernels[4], kernels[3]
+            kernels[3]["start_ns"] += 100
+        if case == "a tie broken otherwise" and r == 0:  # the same device, start, end and process; ids descending
+            kernels[5].update(start_ns=kernels[4]["start_ns"], end_ns=kernels[4]["end_ns"],
+                              correlation_id=kernels[4]["correlation_id"] - 1)
+        memcpy = [dict(device_id=0, start_ns=5, end_ns=9)] if case == "with a copy" else []
+        make_store(tmp_path, kernels=kernels, memcpy=memcpy, run_id=run)
+    con = traceql.connect(tmp_path)
+    launch.Rule("process", ()).apply(con)
+    want = con.sql("SELECT * FROM _activity_rows ORDER BY run_id, activity_id").fetchall()
+    checked = []
+    number = engine._number_activities
+    monkeypatch.setattr(engine, "_number_activities", lambda *a, **k: (checked.append(k["checked"]), number(*a, **k)))
+    engine.STAGES["_activity_rows"](con)
+    assert con.sql("SELECT * FROM _activity_rows").fetchall() == want
+    assert checked == {"in order": [True], "with a copy": [False]}.get(case, [True, False])
+
+
+def test_activity_order_checked_across_runs_and_batches():
+    """A run's rows must come together and runs in order, also across batches (the store's scan gives them so)."""
+    def batch(runs, starts):
+        n = len(runs)
+        return pa.record_batch({"run_id": runs, "device_id": pa.array([0] * n, pa.int32()), "start_ns": starts,
+                                "end_ns": [s + 1 for s in starts], "global_pid": [1] * n, "correlation_id": [1] * n,
+                                "sig": pa.array([1] * n, pa.uint64()), "activity": ["kernel"] * n})
+    for batches in ([batch(["b", "a"], [0, 1])], [batch(["a", "b", "a"], [0, 0, 1])],
+                    [batch(["b"], [0]), batch(["a"], [1])], [batch(["a"], [5]), batch(["a"], [4])]):
+        last: list = []
+        with pytest.raises(engine._OutOfOrder):
+            for b in batches:
+                engine._in_order(b, last)
+    last = []
+    for b in (batch(["a", "a"], [0, 3]), batch(["a", "b"], [3, 0]), batch(["c"], [0])):
+        engine._in_order(b, last)

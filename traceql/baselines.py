@@ -155,13 +155,13 @@ def instances(con: duckdb.DuckDBPyConnection, external: External | None, gpu_nam
         """The pools one signature becomes, each with its rows (group ids are given afterwards, in order); the
         signature's facts are ``f``, or its ``rows`` of them (taken here, in the worker thread)."""
         if rows is not None:
-            f = {k: v[rows] for k, v in f.items()}
-        run, dev, sig = text.names[f["run"][0]], f["dev"], f["sig"]
+            f = _Taken(f, rows)
+        run, dev, sig = text.names[_first(f, "run")], _first(f, "dev"), _first(f, "sig")
         ext = None
         if external is not None and gpu_names is not None:
-            ext = external.durations.get((gpu_names.get((run, int(dev[0])), ""), int(sig[0])))
+            ext = external.durations.get((gpu_names.get((run, int(dev)), ""), int(sig)))
         pools = []
-        for sub, pool, split, conflated in _split(np.arange(len(sig)), f):
+        for sub, pool, split, conflated in _split(np.arange(len(f["ovl"])), f):
             base = _baseline(pool, f, ext, bool(external and external.replace), conflated)
             isolated = _medians(f, pool[(f["ovl"][pool] == 0) & (f["dur"][pool] > 0)], ISO_MEDIANS, "_iso")
             nv = f["nvtx"][pool]
@@ -170,7 +170,7 @@ def instances(con: duckdb.DuckDBPyConnection, external: External | None, gpu_nam
             groups = sorted(set(nv.tolist()), key=lambda c: (c >= 0, text.names[c] if c >= 0 else ""))
             for group in groups:
                 idx = pool if len(groups) == 1 else pool[nv == group]
-                key = (run, int(dev[0]), text.names[group] if group >= 0 else None, int(sig[0]), sub)
+                key = (run, int(dev), text.names[group] if group >= 0 else None, int(sig), sub)
                 row = _row(-1, key, split, conflated, idx, f, base)
                 row.update(isolated, **_medians(f, idx[f["ovl"][idx] > 0], OVL_MEDIANS, "_ovl"))
                 pool_rows.append((row, idx))
@@ -185,8 +185,8 @@ def instances(con: duckdb.DuckDBPyConnection, external: External | None, gpu_nam
 
     def collect(f: dict, pools) -> None:
         nonlocal pool_id, in_parts
-        n = len(f["sig"])
-        inst = {"run_id": np.full(n, runs.setdefault(text.names[f["run"][0]], len(runs)), dtype=np.int32),
+        n = len(f["activity_id"])
+        inst = {"run_id": np.full(n, runs.setdefault(text.names[_first(f, "run")], len(runs)), dtype=np.int32),
                 "activity_id": f["activity_id"], "group_id": np.full(n, -1, dtype=np.int64),
                 "pool_id": np.full(n, -1, dtype=np.int64), "t0_ns": np.full(n, np.nan),
                 "baseline": np.full(n, -1, dtype=np.int32)}
@@ -265,6 +265,31 @@ def _by_signature(devices):
             yield f, order[a:b]
 
 
+class _Taken(dict):
+    """A signature's facts: its ``rows`` of a device's facts ``f``, each column taken when first read (in the thread
+    that computes the signature), and the rates only at the instances their medians read (:func:`_at`)."""
+
+    def __init__(self, f: dict, rows: np.ndarray):
+        super().__init__()
+        self.f, self.rows = f, rows
+
+    def __missing__(self, column: str) -> np.ndarray:
+        taken = self[column] = self.f[column][self.rows]
+        return taken
+
+
+def _at(f: dict, column: str, idx: np.ndarray) -> np.ndarray:
+    """``f[column][idx]``, without taking the whole column of a :class:`_Taken`."""
+    if isinstance(f, _Taken) and column not in f:
+        return f.f[column][f.rows[idx]]
+    return f[column][idx]
+
+
+def _first(f: dict, column: str):
+    """``f[column][0]``."""
+    return _at(f, column, np.zeros(1, dtype=np.int64))[0]
+
+
 def _joined(parts: list[dict]) -> dict:
     return parts[0] if len(parts) == 1 else {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
 
@@ -315,7 +340,7 @@ def _medians(f: dict, idx: np.ndarray, rates: tuple[str, ...], suffix: str) -> d
     """SQL's ``median`` of each of ``rates`` over the instances ``idx`` (NULLs skipped), as ``{rate}{suffix}``."""
     out = {}
     for m in rates:
-        out[m + suffix] = stats.sql_median(f[m][idx[f[f"has_{m}"][idx]]])
+        out[m + suffix] = stats.sql_median(_at(f, m, idx[_at(f, f"has_{m}", idx)]))
     return out
 
 
@@ -437,6 +462,14 @@ class _Base:
     per_instance: dict | None = None  # instance index -> its own t0 (drifting baseline)
     drift: tuple = (None, None, None)
     note: str | None = None
+    _sorted: tuple | None = None  # t0s sorted as given, and as float64 (taken once for every group of the pool)
+
+    def t0s_sorted(self) -> tuple[np.ndarray, np.ndarray]:
+        """(t0s sorted in their own type, the same as float64): the sorts that every group of the pool reads."""
+        if self._sorted is None:
+            raw = np.sort(self.t0s)
+            self._sorted = (raw, raw if raw.dtype == np.float64 else raw.astype(np.float64))
+        return self._sorted
 
 
 def _baseline(pool: np.ndarray, f: dict, ext, ext_replaces: bool, conflated: bool) -> _Base:
@@ -476,30 +509,33 @@ def _row(gid: int, key: tuple, split, conflated: bool, idx: np.ndarray, f: dict,
                slowdown=None, slowdown_lo=None, slowdown_hi=None, significant=False, baseline=base.source,
                drift_tau=tau, drift_p=p, drift=rel, baseline_drift=base.per_instance is not None, note=base.note,
                _t0_each=None, _source=None)
+    # each side sorted once (float64, as the statistics take them), and read sorted by every statistic below
+    t1_sorted = np.sort(np.asarray(t1s, dtype=np.float64))
     if len(t1s):
-        row["t1_ns"], row["t1_lo_ns"], row["t1_hi_ns"] = _nan_none(stats.median_ci(t1s, LEVEL))
+        row["t1_ns"], row["t1_lo_ns"], row["t1_hi_ns"] = _nan_none(stats.median_ci(t1_sorted, LEVEL, presorted=True))
     if base.t0s is None:
         return row
-    row["t0_ns"], row["t0_lo_ns"], row["t0_hi_ns"] = _nan_none(stats.median_ci(base.t0s, LEVEL))
-    row["t0_spread"] = _f(stats.relative_spread(base.t0s))
+    t0_raw, t0_sorted = base.t0s_sorted()
+    row["t0_ns"], row["t0_lo_ns"], row["t0_hi_ns"] = _nan_none(stats.median_ci(t0_sorted, LEVEL, presorted=True))
+    row["t0_spread"] = _f(stats.relative_spread(t0_sorted, presorted=True))
     if base.per_instance is not None:
         t0_each = np.array([base.per_instance[i] for i in idx.tolist()])
     else:
-        t0_each = np.full(len(idx), stats.sorted_median(np.sort(base.t0s)))
+        t0_each = np.full(len(idx), stats.sorted_median(t0_raw))
     row["_t0_each"], row["_source"] = t0_each, base.source
     if len(t1s):
         # seeded by the data, not the name: the same durations give the same interval whatever the kernel is called
-        seed_key = (nvtx, sub, hashlib.blake2b(np.sort(base.t0s).tobytes() + np.sort(t1s).tobytes(),
-                                               digest_size=8).hexdigest())
+        t1_raw = t1_sorted if t1s.dtype == np.float64 else np.sort(t1s)
+        seed_key = (nvtx, sub, hashlib.blake2b(t0_raw.tobytes() + t1_raw.tobytes(), digest_size=8).hexdigest())
         if base.per_instance is not None:
             s, lo, hi = stats.ratio_ci(t1s / t0_each[is_ovl], key=seed_key, level=LEVEL)
         elif len(t1s) == 1 and len(base.t0s) >= 2:
             # one overlapped instance: where it falls against the spread of the isolated ones (a prediction interval)
-            t0s = np.sort(base.t0s)
-            q_lo, q_hi = stats.sorted_quantiles(t0s, ((1 - LEVEL) / 2, (1 + LEVEL) / 2), "inverted_cdf")
-            s, lo, hi = t1s[0] / stats.sorted_median(t0s) - 1, t1s[0] / q_hi - 1, t1s[0] / q_lo - 1
+            q_lo, q_hi = stats.sorted_quantiles(t0_raw, ((1 - LEVEL) / 2, (1 + LEVEL) / 2), "inverted_cdf")
+            s, lo, hi = t1s[0] / stats.sorted_median(t0_raw) - 1, t1s[0] / q_hi - 1, t1s[0] / q_lo - 1
         else:
-            s, lo, hi = stats.slowdown_ci(base.t0s, t1s, key=seed_key, level=LEVEL, n_boot=N_BOOT, max_n=MAX_N)
+            s, lo, hi = stats.slowdown_ci(t0_sorted, t1_sorted, key=seed_key, level=LEVEL, n_boot=N_BOOT,
+                                          max_n=MAX_N, presorted=True)
         row.update(slowdown=_f(s), slowdown_lo=_f(lo), slowdown_hi=_f(hi))
         row["significant"] = bool(np.isfinite(lo) and np.isfinite(hi) and (lo > 0 or hi < 0)
                                   and abs(s) >= PRACTICAL_FLOOR)

@@ -72,15 +72,16 @@ def _median_ranks(n: int, level: float) -> tuple[int, int] | None:
     return lo, n + 1 - lo
 
 
-def median_ci(x: ArrayLike, level: float = 0.95) -> tuple[float, float, float]:
+def median_ci(x: ArrayLike, level: float = 0.95, presorted: bool = False) -> tuple[float, float, float]:
     """(median, lo, hi): distribution-free CI of the median from order statistics.
 
     The ranks come from Binomial(n, 1/2) (exact for n <= 1000, normal approximation above), so the
     coverage is at least ``level`` for any continuous distribution. Bounds are NaN when n is too small
-    for the level (n < 6 at 95%); all three are NaN for empty input.
+    for the level (n < 6 at 95%); all three are NaN for empty input. ``presorted``: ``x`` is a sorted float array
+    (a sort of it again would cost as much as the first).
     """
     _check_level(level)
-    a = np.sort(_as_1d(x))
+    a = x if presorted else np.sort(_as_1d(x))
     n = a.size
     if n == 0:
         return NAN, NAN, NAN
@@ -238,19 +239,19 @@ def _boot_medians(a: np.ndarray, rng: np.random.Generator, n_boot: int) -> np.nd
 
 
 def slowdown_ci(t0: ArrayLike, t1: ArrayLike, *, key: tuple, level: float = 0.95, n_boot: int = 2000,
-                max_n: int = 4000) -> tuple[float, float, float]:
+                max_n: int = 4000, presorted: bool = False) -> tuple[float, float, float]:
     """(s, lo, hi) with s = median(t1) / median(t0) - 1 and its percentile-bootstrap CI.
 
     t0 and t1 are resampled independently (they are different kernel instances, not pairs). Sides longer
     than ``max_n`` are first subsampled without replacement, which bounds memory at n_boot * max_n per side;
     the point estimate always uses all values. Bounds are NaN if either side has fewer than 2 values; all
-    three are NaN if either side is empty or median(t0) <= 0.
+    three are NaN if either side is empty or median(t0) <= 0. ``presorted``: both are sorted float arrays.
     """
     _check_level(level)
     if n_boot < 1 or max_n < 2:
         raise ValueError("n_boot must be >= 1 and max_n >= 2")
     # Sorted, so the result depends only on the multiset of durations, not on the order they were read in.
-    a0, a1 = np.sort(_as_1d(t0)), np.sort(_as_1d(t1))
+    a0, a1 = (t0, t1) if presorted else (np.sort(_as_1d(t0)), np.sort(_as_1d(t1)))
     if a0.size == 0 or a1.size == 0:
         return NAN, NAN, NAN
     m0 = sorted_median(a0)
@@ -390,12 +391,13 @@ def split_modes(x: ArrayLike, min_ratio: float) -> np.ndarray:
     return labels
 
 
-def relative_spread(x: ArrayLike) -> float:
-    """(q75 - q25) / median: a spread robust to the outliers kernel timings always have. NaN for n < 2."""
-    a = _as_1d(x)
+def relative_spread(x: ArrayLike, presorted: bool = False) -> float:
+    """(q75 - q25) / median: a spread robust to the outliers kernel timings always have. NaN for n < 2.
+    ``presorted``: ``x`` is a sorted float array."""
+    a = x if presorted else _as_1d(x)
     if a.size < 2:
         return NAN
-    q25, med, q75 = sorted_quantiles(np.sort(a), (0.25, 0.5, 0.75))
+    q25, med, q75 = sorted_quantiles(a if presorted else np.sort(a), (0.25, 0.5, 0.75))
     if med == 0:
         return NAN
     return float((q75 - q25) / med)

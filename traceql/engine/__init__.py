@@ -159,10 +159,10 @@ def _fill(con: duckdb.DuckDBPyConnection, table: str, groups: Iterable[tuple[tup
                 piece.append((key, _sliced(cols, a, min(n, a + APPEND_ROWS)) if n > APPEND_ROWS else cols))
                 rows += min(n - a, APPEND_ROWS)
                 if rows >= APPEND_ROWS:
-                    yield _assemble(piece, schema, nan_is_null)
+                    yield _assemble(piece, schema, nan_is_null, chunked=to_file)
                     piece, rows = [], 0
         if piece:
-            yield _assemble(piece, schema, nan_is_null)
+            yield _assemble(piece, schema, nan_is_null, chunked=to_file)
 
     if to_file:
         return duck.keep_file(con, table, schema.empty_table(), pieces())
@@ -182,7 +182,10 @@ def _sliced(cols: Columns, a: int, b: int) -> Columns:
 
 
 def _assemble(groups: list[tuple[tuple[str, int], Columns]], schema: pa.Schema,
-              nan_is_null: tuple[str, ...]) -> pa.Table:
+              nan_is_null: tuple[str, ...], chunked: bool = False) -> pa.Table:
+    """One table of the groups' columns. ``chunked``: the columns passed through from the rows of a scan may stay in
+    the chunks they came in (for a Parquet file, which writes them the same; a table kept in DuckDB scans each chunk
+    on its own)."""
     if not groups:
         return schema.empty_table()
     names = schema.names[2:]
@@ -199,7 +202,10 @@ def _assemble(groups: list[tuple[tuple[str, int], Columns]], schema: pa.Schema,
     for c in names:
         typ = schema.field(c).type
         if c not in groups[0][1]:
-            arrays.append(rows.column(c).combine_chunks().cast(typ))  # a chunk per device costs DuckDB a scan each
+            column = rows.column(c)
+            if not chunked:
+                column = column.combine_chunks()  # a chunk per device costs DuckDB a scan each
+            arrays.append(column if column.type == typ else column.cast(typ))
             continue
         parts = [cols[c] for _, cols in groups]
         if all(p is None for p in parts):  # None: a group whose rows are all NULL
@@ -298,11 +304,71 @@ def _activity_rows(con: duckdb.DuckDBPyConnection) -> None:
     as it streams by: the reference SQL sorts twice (its window function, then the order it is kept in); at 10 M
     kernels this took 9.1-9.6 s and 4.2 GB against 10.4-10.6 s and 6.1 GB."""
     schema = con.sql("SELECT * FROM _activity_rows LIMIT 0").arrow().schema
-    reader = con.sql(f"SELECT * FROM _activity_list ORDER BY run_id, {ACTIVITY_ORDER}").to_arrow_reader(BATCH_ROWS)
+    # kernels alone, each run's file kept by device and time (traceql.store.writer.KERNEL_ORDER): a scan as stored is
+    # most often in this order already, which the stream checks as it goes; the sort is left out until it finds a
+    # row out of order (then the table is begun again, sorted). At 10 M kernels the sort took 2.7 of 4.4 s
+    if duck.keeps_order(con) and not con.sql("SELECT (SELECT count(*) FROM memcpy) + (SELECT count(*) FROM memset)") \
+            .fetchall()[0][0]:
+        threads = con.sql("SELECT current_setting('threads')").fetchall()[0][0]
+        con.execute("SET threads = 1")  # a join's output keeps its input's order on one thread
+        try:
+            _number_activities(con, schema, "", checked=True)
+            return
+        except _OutOfOrder:
+            pass
+        finally:
+            con.execute(f"SET threads = {int(threads)}")
+    _number_activities(con, schema, f" ORDER BY run_id, {ACTIVITY_ORDER}", checked=False)
+
+
+class _OutOfOrder(Exception):
+    """A scan that was to be in the activities' order is not."""
+
+
+# the columns of ACTIVITY_ORDER after the device and time, for kernels alone (whose activity is the same)
+_ORDER_KEYS = ("device_id", "start_ns", "end_ns", "global_pid", "correlation_id", "sig")
+
+
+def _in_order(batch: pa.RecordBatch, last: list) -> None:
+    """Raise :class:`_OutOfOrder` unless ``batch`` continues ``last`` (the previous batch's last run and keys, updated
+    here) in the order ``ORDER BY run_id, ACTIVITY_ORDER`` gives kernels (none of the keys NULL)."""
+    if batch.num_rows == 0:
+        return
+    cols = [batch.column(c) for c in ("run_id", *_ORDER_KEYS)]
+    if any(c.null_count for c in cols) or batch.column("activity").null_count or \
+            pc.any(pc.not_equal(batch.column("activity"), "kernel")).as_py():
+        raise _OutOfOrder
+    run = cols[0]
+    keys = [c.to_numpy(zero_copy_only=False) for c in cols[1:]]
+    change = np.flatnonzero(np.asarray(pc.not_equal(run[1:], run[:-1]), dtype=bool)) + 1
+    runs = run.take([0, *change.tolist()]).to_pylist()
+    goes_on = bool(last) and runs[0] == last[0]  # the batch goes on with the previous one's run
+    if last and not goes_on:
+        runs.insert(0, last[0])
+    if any(b <= a for a, b in zip(runs[:-1], runs[1:], strict=False)):  # a run's rows together, runs in order
+        raise _OutOfOrder
+    if goes_on:  # its first row after the previous batch's last
+        keys = [np.r_[np.array([p], dtype=k.dtype), k] for p, k in zip(last[1:], keys, strict=True)]
+        change = change + 1
+    decided = np.zeros(max(len(keys[0]) - 1, 0), dtype=bool)
+    decided[change - 1] = True  # a later run
+    for k in keys:  # lexicographically: a row is before the next unless an earlier key decided it
+        lo, hi = k[:-1], k[1:]
+        if np.any((hi < lo) & ~decided):
+            raise _OutOfOrder
+        decided |= hi > lo
+    last[:] = [run[-1].as_py(), *(k[-1] for k in keys)]
+
+
+def _number_activities(con: duckdb.DuckDBPyConnection, schema: pa.Schema, order: str, checked: bool) -> None:
+    reader = con.sql(f"SELECT * FROM _activity_list{order}").to_arrow_reader(BATCH_ROWS)
     numbered: dict[str, int] = {}  # activities numbered so far, per run
+    last: list = []  # the last row's run and keys, when checked
 
     def pieces() -> Iterator[pa.Table]:
         for batch in reader:
+            if checked:
+                _in_order(batch, last)
             run = batch.column("run_id").to_numpy(zero_copy_only=False)
             ids = np.arange(1, len(run) + 1, dtype=np.int64)
             for a, b in _runs_of(run):
@@ -830,8 +896,8 @@ def _enclosing(con: duckdb.DuckDBPyConnection, view: str, ranges: str, occurrenc
                "step_text": np.where(inner_text >= 0, text[np.maximum(inner_text, 0)], None)[keep]}
         if occurrence:
             sig = d["sig"][keep]
-            out["occurrence"] = sweeps.occurrence(out["step_start_ns"], sig, t[keep], out["activity_id"])
-            out["_counts"] = sweeps.key_counts(out["step_start_ns"], sig, end[inner[keep]])
+            out["occurrence"], out["_counts"] = sweeps.occurrence_and_counts(
+                out["step_start_ns"], sig, t[keep], out["activity_id"], out["step_end_ns"])
             out["_first"], out["_sig"] = (t[0] if len(t) else None), sig
         return out
 

@@ -115,30 +115,50 @@ def overlap(start: np.ndarray, end: np.ndarray, cls: np.ndarray, sm_held: np.nda
     windows of time (the intervals given must then include every one running in that span).
     """
     b = Boundaries.of(start, end)
-    n = {c: b.level(mask=cls == c) for c in (COMM, COMPUTE, COPY)}
-    total = n[COMM] + n[COMPUTE] + n[COPY]
-    p1 = {c: b.prefix(n[c] > 0) for c in n}
-    p2 = {c: b.prefix(n[c] > 1) for c in n}
+    n = class_levels(b, cls)  # a row per class
+    sm = sm_held.astype(np.int64)
+    sm_level = class_levels(b, cls, sm)
+    sm_comm = sm_level[COMM]
+    if sm_count is not None:
+        sm_comm = np.minimum(sm_comm, sm_count)
+    p1 = {c: b.prefix(n[c] > 0) for c in (COMM, COMPUTE, COPY)}
+    p2 = {c: b.prefix(n[c] > 1) for c in (COMM, COMPUTE, COPY)}
 
     def by_own_class(c: int) -> np.ndarray:
         return np.where(cls == c, b.over(p2[c]), b.over(p1[c]))
 
-    sm = sm_held.astype(np.int64)
-    sm_comm = b.level(sm, mask=cls == COMM)
-    if sm_count is not None:
-        sm_comm = np.minimum(sm_comm, sm_count)
-    sm_comp = b.level(sm, mask=cls == COMPUTE)
     comm_sm = b.over(b.prefix(sm_comm))
     own_sm = sm * (end - start)
     per = {
         "comm_overlap_ns": by_own_class(COMM),
         "compute_overlap_ns": by_own_class(COMPUTE),
         "copy_overlap_ns": by_own_class(COPY),
-        "overlap_ns": b.over(b.prefix(total > 1)),
-        "corunner_sm_ns": np.maximum(0, comm_sm + b.over(b.prefix(sm_comp)) - own_sm),
+        "overlap_ns": b.over(b.prefix(n.sum(axis=0) > 1)),
+        "corunner_sm_ns": np.maximum(0, comm_sm + b.over(b.prefix(sm_level[COMPUTE])) - own_sm),
         "comm_sm_ns": np.maximum(0, comm_sm - np.where(cls == COMM, own_sm, 0)),
     }
     return DeviceOverlap(per, _totals(b, n[COMM] > 0, n[COMPUTE] > 0, span), b)
+
+
+def class_levels(b: Boundaries, cls: np.ndarray, weight: np.ndarray | None = None) -> np.ndarray:
+    """``b.level(weight, mask=cls == c)`` for each class c (``COMM``, ``COMPUTE``, ``COPY``), a row each: one pair of
+    counts over every interval (each class's boundaries offset by a row), where each class took a pair of its own
+    over the intervals it picked; each bin sums the same values in the same order, so the rows are the same."""
+    m = len(b.t)
+    code = np.asarray(cls, dtype=np.int64)
+    i_s, i_e, w = b.i_start, b.i_end, weight
+    known = (code >= COMM) & (code <= COPY)
+    if not known.all():  # a class of none of the three counts in no row
+        i_s, i_e, code = i_s[known], i_e[known], code[known]
+        w = None if w is None else w[known]
+    at_start, at_end = code * m + i_s, code * m + i_e
+    if w is None:
+        delta = np.bincount(at_start, minlength=3 * m).astype(np.int64) - np.bincount(at_end, minlength=3 * m)
+    else:
+        delta = np.bincount(at_start, weights=w, minlength=3 * m) - np.bincount(at_end, weights=w, minlength=3 * m)
+        if w.dtype.kind in "iu":
+            delta = np.rint(delta).astype(np.int64)  # as level: summed in float64, exact below 2**53
+    return np.cumsum(delta.reshape(3, m), axis=1)
 
 
 def _totals(b: Boundaries, comm: np.ndarray, compute: np.ndarray, span: tuple[int, int | None] | None = None) \
@@ -162,12 +182,37 @@ def sample_means(ts: np.ndarray, values: np.ndarray, start: np.ndarray, end: np.
     ``ts`` sorted; ``values`` NaN where the metric was not sampled: one value per sample, or a row of them per metric
     (then each result has a row per metric too). Returns (means, samples counted).
     """
-    ok = ~np.isnan(values)
-    cum = np.zeros((*values.shape[:-1], len(ts) + 1))
-    np.cumsum(np.where(ok, values, 0.0), axis=-1, out=cum[..., 1:])
-    cnt = np.zeros((*values.shape[:-1], len(ts) + 1), dtype=np.int64)
-    np.cumsum(ok, axis=-1, out=cnt[..., 1:])
     i0, i1 = np.searchsorted(ts, start, side="right"), np.searchsorted(ts, end, side="right")
+    if values.ndim == 2:
+        # a metric sampled at every sample counts i1 - i0 samples, and one never sampled none (NaN, as the general
+        # rule gives: no sample, and none before): the general rule only for the others, the same values
+        ok = ~np.isnan(values)
+        full, none = ok.all(axis=1), ~ok.any(axis=1)
+        means, k = np.full((len(values), len(start)), np.nan), np.zeros((len(values), len(start)), dtype=np.int64)
+        if full.any():
+            counted = i1 - i0
+            k[full] = counted
+            sampled = values[full]
+            cum = np.zeros((len(sampled), len(ts) + 1))
+            np.cumsum(sampled, axis=-1, out=cum[:, 1:])
+            around = np.where(i0 > 0, sampled[:, np.maximum(i0 - 1, 0)], np.nan)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                means[full] = np.where(counted > 0, (cum[:, i1] - cum[:, i0]) / counted, around)
+        mixed = ~full & ~none
+        if mixed.any():
+            means[mixed], k[mixed] = _sample_means(values[mixed], i0, i1)
+        return means, k
+    return _sample_means(values, i0, i1)
+
+
+def _sample_means(values: np.ndarray, i0: np.ndarray, i1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`sample_means` from each interval's sample indices (``i0``: the first after its start, ``i1``: the first
+    after its end)."""
+    ok = ~np.isnan(values)
+    cum = np.zeros((*values.shape[:-1], values.shape[-1] + 1))
+    np.cumsum(np.where(ok, values, 0.0), axis=-1, out=cum[..., 1:])
+    cnt = np.zeros((*values.shape[:-1], values.shape[-1] + 1), dtype=np.int64)
+    np.cumsum(ok, axis=-1, out=cnt[..., 1:])
     k = cnt[..., i1] - cnt[..., i0]
     around = np.where(i0 > 0, values[..., np.maximum(i0 - 1, 0)], np.nan)
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -185,13 +230,30 @@ def occurrence(key_a: np.ndarray, key_b: np.ndarray, t: np.ndarray, tiebreak: np
     """For each row, how many rows with the same (``key_a``, ``key_b``) come before it in the order of (``t``,
     ``tiebreak``): SQL's ``row_number() OVER (PARTITION BY key_a, key_b ORDER BY t, tiebreak) - 1`` (the
     launches of a signature before each one in its NVTX range instance)."""
+    return occurrence_and_counts(key_a, key_b, t, tiebreak)[0]
+
+
+def occurrence_and_counts(key_a: np.ndarray, key_b: np.ndarray, t: np.ndarray, tiebreak: np.ndarray,
+                          until: np.ndarray | None = None) -> tuple[np.ndarray, tuple[np.ndarray, ...] | None]:
+    """:func:`occurrence`, and with ``until`` :func:`key_counts` (``key_a``, ``key_b``, ``until``) too, from the same
+    sort. Rows already in the order of (``t``, ``tiebreak``) (a thread's launches as they are read) are sorted by the
+    keys alone: a stable sort keeps each key's rows in that order, the same order as the sort by all four."""
     n = len(t)
-    order = np.lexsort((tiebreak, t, key_b, key_a))
-    first = _firsts(key_a[order], key_b[order])
+    if n > 1 and bool(np.all((t[1:] > t[:-1]) | ((t[1:] == t[:-1]) & (tiebreak[1:] > tiebreak[:-1])))):
+        order = np.lexsort((key_b, key_a))
+    else:
+        order = np.lexsort((tiebreak, t, key_b, key_a))
+    a, b = key_a[order], key_b[order]
+    first = _firsts(a, b)
     rank = np.arange(n) - np.maximum.accumulate(np.where(first, np.arange(n), 0))
     out = np.empty(n, dtype=np.int64)
     out[order] = rank
-    return out
+    if until is None:
+        return out, None
+    if not n:
+        return out, (key_a, key_b, np.ones(0, dtype=np.int64), until)
+    heads = np.flatnonzero(first)
+    return out, (a[heads], b[heads], np.diff(np.r_[heads, n]), np.maximum.reduceat(until[order], heads))
 
 
 def innermost(start: np.ndarray, end: np.ndarray, t: np.ndarray, back: np.ndarray | None = None) -> np.ndarray:
