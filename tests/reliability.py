@@ -26,7 +26,7 @@ from pathlib import Path
 
 from traceql import store
 
-COMMANDS = ("ingest", "sql", "attribute", "report", "collect", "overlap", "migrate", "paper", "diff")
+COMMANDS = ("ingest", "sql", "attribute", "report", "collect", "overlap", "migrate", "paper", "diff", "export")
 TEMP_GLOBS = (".tmp-*", ".manifest-*", ".*.tmp", "*.tmp", "runs/*/.*.migrating", "runs/*/.*.merging")
 
 

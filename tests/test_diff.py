@@ -12,6 +12,7 @@ import html
 import itertools
 import json
 import math
+import os
 
 import numpy as np
 import pytest
@@ -437,8 +438,10 @@ def test_real_ctas_waterfall_puts_the_change_on_exposed_communication(ctas):
 
 
 def test_real_cli_diff_with_gates(tmp_path):
+    # a wide table (COLUMNS), so that the cells looked for are on one line (100 columns fold them)
     rc, out, err = run_cli("diff", f"{SUITE}@overlap_ctas2", f"{SUITE}@overlap_ctas8",
-                           "--gate", "exposed_comm_ms.delta < 0", "--gate", "span_ms.rel > 0", timeout=300)
+                           "--gate", "exposed_comm_ms.delta < 0", "--gate", "span_ms.rel > 0", timeout=300,
+                           env={**os.environ, "COLUMNS": "220"})
     assert rc == 1, err
     assert "env.NCCL_MAX_CTAS 2 -> 8" in out and "gate 'exposed_comm_ms.delta < 0': ok" in out
     assert "gate 'span_ms.rel > 0' violated on GPU 0" in out and "gate 'span_ms.rel > 0' violated on GPU 1" in out

@@ -2767,7 +2767,8 @@ def _sql_markup_column(env):
 
 @case("diff", "a kernel name with rich markup and terminal escapes: printed as text", expect=0)
 def _diff_markup_name(env):
-    run = env.cli("diff", env.inputs["synthetic"], _hostile_store(env), watch=[env.tmp])
+    # a wide table (COLUMNS), so that the name is on one line (100 columns fold it)
+    run = env.cli("diff", env.inputs["synthetic"], _hostile_store(env), watch=[env.tmp], env={"COLUMNS": "220"})
     return _printed_plainly(run, "k[/x][bold red]red\\x1b]0;pwned\\x07")
 
 
@@ -2841,7 +2842,8 @@ def _kernel_far_end(env):
 
 @case("overlap", "two bundled traces at once, whose exports give device ids as 32- and 64-bit integers", expect=0)
 def _ovl_two_traces(env):
-    run = env.cli("overlap", H200 / "overlap.sqlite.xz", env.inputs["contention_xz"], watch=[env.tmp])
+    run = env.cli("overlap", H200 / "overlap.sqlite.xz", env.inputs["contention_xz"], watch=[env.tmp],
+                  env={"COLUMNS": "220"})  # file names on one line (100 columns fold them)
     if run.rc == 0 and not ("overlap.sqlite.xz" in run.out and "contention.sqlite.xz" in run.out):
         run.err += "\ntraceql: expected a row of each trace"
         run.rc = 99
@@ -2853,6 +2855,75 @@ def _help_no_python_types(env):
     run = env.cli("ingest", "--help", env={"COLUMNS": "160"})
     if run.rc == 0 and ("<bool>" in run.out or "list[" in run.out or "--label" not in run.out):
         run.err += "\ntraceql: --help still shows Python's types"
+        run.rc = 99
+    return run
+
+
+KINETO = Path(__file__).parent / "data" / "kineto" / "h200x1" / "rank0.json.gz"
+
+
+@case("ingest", "a torch.profiler trace cut short (.json.gz)", words=("not valid JSON", "again"))
+def _kineto_cut(env):
+    with gzip.open(KINETO) as f:
+        head = f.read(200_000)
+    return ingest(env, written(env, "cut.json.gz", gzip.compress(head)))
+
+
+@case("ingest", "a JSON file that is not a torch.profiler trace", words=("traceEvents", "torch.profiler"))
+def _kineto_foreign_json(env):
+    return ingest(env, written(env, "settings.json", b'{"theme": "dark", "fontSize": 12}\n'))
+
+
+@case("ingest", "a Chrome trace of another program (no Kineto events)", words=("not one torch.profiler wrote",))
+def _kineto_other_chrome_trace(env):
+    events = b'{"traceEvents": [{"ph": "X", "name": "frame", "ts": 1, "dur": 2, "pid": 1, "tid": 1}]}'
+    return ingest(env, written(env, "browser.json", events))
+
+
+@case("ingest", "a torch.profiler trace (rank 0 of a DDP run on an H200)", expect=0)
+def _kineto_real(env):
+    out = env.path("out")
+    return env.cli("ingest", KINETO, "-o", out, watch=out, grow=out)
+
+
+def export(env: Env, *inputs, out: Path | None = None) -> Run:
+    out = out if out is not None else env.path("trace.pftrace")
+    return env.cli("export", *inputs, "--perfetto", out, named=[inputs[0]], watch=[env.tmp])
+
+
+@case("export", "a text file named .sqlite", words="not an SQLite file")
+def _exp_text_file(env):
+    return export(env, written(env, "notes.sqlite", b"this is not a database\n" * 50))
+
+
+@case("export", "a path that does not exist", words="no such file")
+def _exp_missing(env):
+    return export(env, env.path("does_not_exist"))
+
+
+@case("export", "an export cut in half (a copy that did not finish)", words=("truncated", "again"))
+def _exp_truncated(env):
+    data = env.inputs["contention"].read_bytes()
+    return export(env, written(env, "cut.sqlite", data[: len(data) // 2]))
+
+
+@case("export", "the Perfetto trace written over its own input", words="never writes over what it reads")
+def _exp_over_input(env):
+    trace = copy(env, "contention_xz")
+    return export(env, trace, out=trace)
+
+
+@case("export", "no --perfetto given", words="--perfetto")
+def _exp_no_output(env):
+    return env.cli("export", env.inputs["store"], named=[], watch=[env.tmp])
+
+
+@case("export", "a run store to a Perfetto trace", expect=0)
+def _exp_store(env):
+    out = env.path("trace.pftrace")
+    run = env.cli("export", env.inputs["store"], "--perfetto", out, watch=env.inputs["store"])
+    if run.rc == 0 and not out.stat().st_size:
+        run.err += "\ntraceql: an empty trace"
         run.rc = 99
     return run
 

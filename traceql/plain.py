@@ -43,3 +43,27 @@ def cell(value: object):
     from rich.text import Text
 
     return Text(plain(value))
+
+
+TABLE_WIDTH = 100  # the width of tables written to a file or a pipe (a terminal's own width otherwise)
+
+
+def table_width() -> int:
+    """Columns for a table: the terminal's own (at least 60) on a terminal, else ``COLUMNS`` if set, else
+    ``TABLE_WIDTH``; rich wraps cells that do not fit (names are never cut)."""
+    import os
+    import shutil
+    import sys
+
+    if sys.stdout.isatty():
+        return max(shutil.get_terminal_size((TABLE_WIDTH, 40)).columns, 60)
+    columns = os.environ.get("COLUMNS", "")
+    return max(int(columns), 60) if columns.isdigit() else TABLE_WIDTH
+
+
+def ms(ns: float | None) -> str:
+    """A duration in milliseconds, with the decimals a short one needs (one unit per column: never 'us')."""
+    if ns is None:
+        return "-"
+    v = ns / 1e6
+    return f"{v:.3f}" if abs(v) >= 0.01 or v == 0 else f"{v:.4f}" if abs(v) >= 0.001 else f"{v:.6f}"

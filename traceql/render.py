@@ -4,19 +4,12 @@ from __future__ import annotations
 
 import io
 import json
-import shutil
-import sys
 
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
-from .plain import cell
-
-
-def _fmt_ns(v: float | None) -> str:
-    if v is None:
-        return "-"
-    return f"{v / 1e6:.3f}" if v >= 1e5 else f"{v / 1e3:.1f}us"
+from .plain import cell, table_width
+from .plain import ms as _fmt_ns
 
 
 def _pct(v: float | None) -> str:
@@ -43,6 +36,13 @@ def _interval(r: dict) -> str:
     return f"{_pct(r['slowdown'])} [{_pct(r['slowdown_lo'])}, {_pct(r['slowdown_hi'])}]"
 
 
+def _corunner(r: dict) -> str:
+    """The co-runner class and the SMs it held: 'comm 24'."""
+    if r["corunner_kind"] is None:
+        return "-"
+    return r["corunner_kind"] + ("" if r["corunner_sms"] is None else f" {r['corunner_sms']:.0f}")
+
+
 def render_attribution(result, fmt: str, limit: int = 25) -> str:
     if fmt == "json":
         return json.dumps(result.to_json(), indent=1, default=str) + "\n"
@@ -50,13 +50,24 @@ def render_attribution(result, fmt: str, limit: int = 25) -> str:
         sink = pa.BufferOutputStream()
         pacsv.write_csv(result.kernels, sink)
         return sink.getvalue().to_pybytes().decode()
+    from rich import box
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     buf = io.StringIO()
-    # a terminal's own width (rich folds what does not fit); a generous one when written to a file or pipe
-    width = shutil.get_terminal_size((220, 40)).columns if sys.stdout.isatty() else 220
-    console = Console(file=buf, width=max(width, 100), color_system=None)
+    # a terminal's own width, else 100 columns (rich folds what does not fit: names are wrapped, never cut)
+    console = Console(file=buf, width=table_width(), color_system=None)
+
+    def table(title: str, columns: tuple[str, ...], text: dict[str, int]) -> Table:
+        """A table whose number columns never wrap; the ``text`` columns (name: least width) fold: a name is
+        wrapped, never cut."""
+        t = Table(title=escape(title), title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
+                  collapse_padding=True)
+        for col in columns:
+            t.add_column(col, overflow="fold", no_wrap=col not in text, min_width=text.get(col))
+        return t
+
     for v in result.verdicts:
         console.print(cell(v["text"]))
     if result.verdicts:
@@ -65,10 +76,11 @@ def render_attribution(result, fmt: str, limit: int = 25) -> str:
     paths = {r["run_id"]: r["source_path"] for r in result.runs.to_pylist()}
     base = {rid: (p or rid).rsplit("/", 1)[-1] for rid, p in paths.items()}
     names = {rid: b if list(base.values()).count(b) == 1 else f"{b} ({rid[:8]})" for rid, b in base.items()}
-    summary = Table(title="per device (compute = non-communication kernels)", title_justify="left")
-    for col in ("run", "device", "compute ms", "comm ms", "overlap ms", "exposed comm ms", "hidden comm",
-                "overlap frac", "compute slowdown", "kernels overlapped"):
-        summary.add_column(col)
+    summary = table("per device (ms; compute = non-communication kernels; exposed: communication alone; hidden: "
+                    "its share under compute; ovl frac: share of compute overlapped; slowdown: of compute beside "
+                    "other work; ovl kernels: compute kernels overlapped / all)",
+                    ("run", "dev", "compute", "comm", "overlap", "exposed", "hidden", "ovl frac", "slowdown",
+                     "ovl kernels"), {"run": 14})
     for r in result.summary.to_pylist():
         if r["nvtx"] is not None:
             continue
@@ -79,24 +91,32 @@ def render_attribution(result, fmt: str, limit: int = 25) -> str:
             "-" if r["overlap_fraction"] is None else f"{r['overlap_fraction']:.1%}",
             _pct(r["compute_slowdown"]), f"{r['overlapped_kernels']}/{r['compute_kernels']}")))
     console.print(summary, markup=False)
-    kernels = Table(title=f"activities by signature: compute beside communication first, then the most time lost "
-                          f"(top {limit}; ms unless marked; slowdown with its 95% interval)", title_justify="left")
     overlapped = [r for r in result.kernels.to_pylist() if r["n_overlapped"]]  # never overlapped: nothing to say
     grouped = any(r["nvtx"] for r in overlapped)
-    for col in ("dev", "activity", *(("nvtx",) if grouped else ()), "n ovl/all", "t0", "t1", "slowdown [95% CI]",
-                "lost ms", "f", "co-runner", "SMs held", "predicted parts", "class", "why"):
-        kernels.add_column(col, overflow="fold")
+    several = len({r["run_id"] for r in overlapped}) > 1  # which run a row is of, when there is a choice
+    kernels = table(f"activities by signature: compute beside communication first, then the most time lost (top "
+                    f"{limit}; slowdown with its 95% interval; lost in ms; f: share of the time overlapped; co-runner "
+                    f"and the SMs it held; [n]: why, below the table; t0 and t1 in --format csv|json)",
+                    (*(("run",) if several else ()), "dev", "activity", *(("nvtx",) if grouped else ()), "n ovl/all",
+                     "slowdown [95% CI]", "lost", "f", "co-runner", "predicted parts", "class"),
+                    {"run": 12, "activity": 16, "nvtx": 12, "predicted parts": 10, "slowdown [95% CI]": 14,
+                     "class": 8})
+    reasons: list[str] = []  # each row's why, as a numbered line under the table (one sentence per row)
     for r in overlapped[:limit]:
-        what = (r["short_name"] or r["name"] or "")[:36]
+        if r["reason"]:
+            reasons.append(r["reason"])
+        what = r["short_name"] or r["name"] or ""
         if r.get("mode") is not None:
             what += f" (mode {r['mode']})"
         kernels.add_row(*map(cell, (
-            str(r["device_id"]), what, *(((r["nvtx"] or "")[:40],) if grouped else ()),
-            f"{r['n_overlapped']}/{r['n']}", _fmt_ns(r["t0_ns"]), _fmt_ns(r["t1_ns"]), _interval(r), _lost(r),
-            "-" if r["overlap_fraction"] is None else f"{r['overlap_fraction']:.2f}", r["corunner_kind"] or "-",
-            "-" if r["corunner_sms"] is None else f"{r['corunner_sms']:.0f}",
-            _parts(r) if r["significant"] else "", r["class"], (r["reason"] or "")[:80])))
+            *((names.get(r["run_id"], r["run_id"]),) if several else ()),
+            str(r["device_id"]), what, *((r["nvtx"] or "",) if grouped else ()),
+            f"{r['n_overlapped']}/{r['n']}", _interval(r), _lost(r),
+            "-" if r["overlap_fraction"] is None else f"{r['overlap_fraction']:.2f}", _corunner(r),
+            _parts(r) if r["significant"] else "", r["class"] + (f" [{len(reasons)}]" if r["reason"] else ""))))
     console.print(kernels, markup=False)
+    for i, reason in enumerate(reasons, 1):
+        console.print(cell(f"[{i}] {reason}"))
     if len(overlapped) > limit:
         console.print(f"({len(overlapped) - limit} more overlapped rows: --limit, or --format csv|json for all)",
                       markup=False)
@@ -117,7 +137,7 @@ def render_overlap(table: pa.Table, fmt: str) -> str:
     from rich.table import Table
 
     buf = io.StringIO()
-    console = Console(file=buf, width=max(shutil.get_terminal_size((160, 40)).columns, 100), color_system=None)
+    console = Console(file=buf, width=table_width(), color_system=None)
     out = Table(title="per device, first to last kernel (ms; share of the span; compute = non-communication kernels)",
                 title_justify="left")
     for col in ("run", "device", "span", "compute only", "comm only", "overlap", "idle", "comm overlapped",

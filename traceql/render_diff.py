@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import io
 import json
-import shutil
-import sys
 
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
 from .diff_match import shape_change
-from .plain import cell
+from .plain import cell, ms, table_width
 
 FORMATS = ("table", "json", "csv")
 
@@ -29,9 +27,7 @@ def _pct(v) -> str:
 
 
 def _ms(ns) -> str:
-    if ns is None:
-        return "-"
-    return f"{ns / 1e6:.3f}" if abs(ns) >= 1e5 else f"{ns / 1e3:.1f}us"
+    return ms(ns)
 
 
 def _delta(r: dict) -> str:
@@ -54,8 +50,8 @@ def render_diff(d, fmt: str = "table", limit: int = 25, gate_lines: list[str] = 
     from rich.table import Table
 
     buf = io.StringIO()
-    width = shutil.get_terminal_size((220, 40)).columns if sys.stdout.isatty() else 220
-    console = Console(file=buf, width=max(width, 100), color_system=None)
+    # a terminal's own width, else 100 columns (rich folds what does not fit: names are wrapped, never cut)
+    console = Console(file=buf, width=table_width(), color_system=None)
 
     def say(text: str = "") -> None:
         console.print(cell(text))
@@ -89,12 +85,12 @@ def render_diff(d, fmt: str = "table", limit: int = 25, gate_lines: list[str] = 
                 "change [95%]", "direction", "time A->B", "slowdown A -> B", "class A -> B"):
         sigs.add_column(col, overflow="fold")
     for r in rows[:limit]:
-        what = (r["short_name"] or r["name"] or "")[:40]
+        what = r["short_name"] or r["name"] or ""
         match = r["match"] if r["match"] != "name" else f"name ({shape_change(r['launch_a'], r['launch_b'])})"
         change = _pct(r["change"])
         if r["change_lo"] is not None:
             change += f" [{_pct(r['change_lo'])}, {_pct(r['change_hi'])}]"
-        sigs.add_row(*map(cell, (r["device"], what, *(((r["nvtx"] or "")[:40],) if grouped else ()), match,
+        sigs.add_row(*map(cell, (r["device"], what, *((r["nvtx"] or "",) if grouped else ()), match,
                                  f"{r['n_a']}/{r['n_b']}", _ms(r["dur_a_ns"]), _ms(r["dur_b_ns"]), change,
                                  r["direction"], f"{_ms(r['time_a_ns'])} -> {_ms(r['time_b_ns'])}",
                                  f"{_pct(r['slowdown_a'])} -> {_pct(r['slowdown_b'])}",
