@@ -115,50 +115,30 @@ def overlap(start: np.ndarray, end: np.ndarray, cls: np.ndarray, sm_held: np.nda
     windows of time (the intervals given must then include every one running in that span).
     """
     b = Boundaries.of(start, end)
-    n = class_levels(b, cls)  # a row per class
-    sm = sm_held.astype(np.int64)
-    sm_level = class_levels(b, cls, sm)
-    sm_comm = sm_level[COMM]
-    if sm_count is not None:
-        sm_comm = np.minimum(sm_comm, sm_count)
-    p1 = {c: b.prefix(n[c] > 0) for c in (COMM, COMPUTE, COPY)}
-    p2 = {c: b.prefix(n[c] > 1) for c in (COMM, COMPUTE, COPY)}
+    n = {c: b.level(mask=cls == c) for c in (COMM, COMPUTE, COPY)}
+    total = n[COMM] + n[COMPUTE] + n[COPY]
+    p1 = {c: b.prefix(n[c] > 0) for c in n}
+    p2 = {c: b.prefix(n[c] > 1) for c in n}
 
     def by_own_class(c: int) -> np.ndarray:
         return np.where(cls == c, b.over(p2[c]), b.over(p1[c]))
 
+    sm = sm_held.astype(np.int64)
+    sm_comm = b.level(sm, mask=cls == COMM)
+    if sm_count is not None:
+        sm_comm = np.minimum(sm_comm, sm_count)
+    sm_comp = b.level(sm, mask=cls == COMPUTE)
     comm_sm = b.over(b.prefix(sm_comm))
     own_sm = sm * (end - start)
     per = {
         "comm_overlap_ns": by_own_class(COMM),
         "compute_overlap_ns": by_own_class(COMPUTE),
         "copy_overlap_ns": by_own_class(COPY),
-        "overlap_ns": b.over(b.prefix(n.sum(axis=0) > 1)),
-        "corunner_sm_ns": np.maximum(0, comm_sm + b.over(b.prefix(sm_level[COMPUTE])) - own_sm),
+        "overlap_ns": b.over(b.prefix(total > 1)),
+        "corunner_sm_ns": np.maximum(0, comm_sm + b.over(b.prefix(sm_comp)) - own_sm),
         "comm_sm_ns": np.maximum(0, comm_sm - np.where(cls == COMM, own_sm, 0)),
     }
     return DeviceOverlap(per, _totals(b, n[COMM] > 0, n[COMPUTE] > 0, span), b)
-
-
-def class_levels(b: Boundaries, cls: np.ndarray, weight: np.ndarray | None = None) -> np.ndarray:
-    """``b.level(weight, mask=cls == c)`` for each class c (``COMM``, ``COMPUTE``, ``COPY``), a row each: one pair of
-    counts over every interval (each class's boundaries offset by a row), where each class took a pair of its own
-    over the intervals it picked; each bin sums the same values in the same order, so the rows are the same."""
-    m = len(b.t)
-    code = np.asarray(cls, dtype=np.int64)
-    i_s, i_e, w = b.i_start, b.i_end, weight
-    known = (code >= COMM) & (code <= COPY)
-    if not known.all():  # a class of none of the three counts in no row
-        i_s, i_e, code = i_s[known], i_e[known], code[known]
-        w = None if w is None else w[known]
-    at_start, at_end = code * m + i_s, code * m + i_e
-    if w is None:
-        delta = np.bincount(at_start, minlength=3 * m).astype(np.int64) - np.bincount(at_end, minlength=3 * m)
-    else:
-        delta = np.bincount(at_start, weights=w, minlength=3 * m) - np.bincount(at_end, weights=w, minlength=3 * m)
-        if w.dtype.kind in "iu":
-            delta = np.rint(delta).astype(np.int64)  # as level: summed in float64, exact below 2**53
-    return np.cumsum(delta.reshape(3, m), axis=1)
 
 
 def _totals(b: Boundaries, comm: np.ndarray, compute: np.ndarray, span: tuple[int, int | None] | None = None) \
