@@ -2,6 +2,10 @@
 
     python benchmarks/reproduction.py [--write docs/reproduction.md] [--data suite|h200x2]
 
+With --data h200x2 (the default where it is there), the same programs on 4 ranks (tests/data/h200x4) stand beside
+the 2-rank runs: every table gets a ``ranks`` column with the 4-rank rows after their 2-rank namesakes, every
+sentence its 4-rank counterpart where it says something else, and "From 2 to 4 ranks" says how the figures move.
+
 Everything in the page comes from `traceql.paper.paper` over the committed runs (and the runs' own labels): the
 paper's numbers beside ours, the differences in setup, the breakdown per configuration, and findings the paper does
 not have, each with the table it rests on. Sentences that compare numbers are chosen by the numbers (and their
@@ -20,6 +24,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 SUITE = ROOT / "tests/data/h200/suite"
 H200X2 = ROOT / "tests/data/h200x2"
+H200X4 = ROOT / "tests/data/h200x4"
+# the 4-GPU runs beside the 2-GPU ones: the reproduction's training programs with 4 ranks (the straggler run has an
+# overlapped mode only, so none of the paper's figures: tests/test_straggler.py reads it)
+H200X4_RUNS = ["train_ddp", "train_fsdp2"]
+# 4-rank runs committed but not set beside their 2-rank ones yet, and why (said on the page)
+H200X4_LEFT_OUT = {"overlap": "`traceql paper` over it took 4 minutes and more than 20 GiB of memory (its "
+                              "per-iteration query), too much for regenerating this page; it joins the page once "
+                              "that query is fixed (issue #37)"}
 sys.path.insert(0, str(ROOT))
 
 from traceql.paper.figures import FIGURES, _size  # noqa: E402
@@ -597,24 +609,251 @@ def _repeat_finding(result, configs: list[dict]) -> str:
     return "\n".join(text)
 
 
-def generate(result, source: str) -> str:
+# what moves from 2 to 4 ranks: (figure, how the page says it, unit)
+RANK_FIGURES = (
+    ("compute_slowdown", "the overlapped slowdown of compute (`compute_slowdown`)", "%"),
+    ("seq_over_ovl", "the gain of overlapping over running one after the other (`seq_over_ovl`)", "%"),
+    ("comm_alone_ns", "communication alone per iteration (ms)", "ms"),
+    ("comm_ovl_ns", "communication beside compute per iteration (ms)", "ms"),
+    ("comm_slowdown", "the collectives' slowdown beside compute (`comm_slowdown`)", "%"),
+    ("exposed_comm_ns", "exposed communication per iteration, not covered by compute (ms)", "ms"),
+    ("exposed_comm_share", "exposed communication as a share of the overlapped iteration", "%"),
+)
+# 2-rank runs without a 4-rank counterpart, and why
+TWO_ONLY = {"parallel=pp": "a pipeline of 2 stages, one per GPU",
+            "train_ddp_repeat": "the DDP job run a second time, for run-to-run noise: finding 6",
+            "train_ddp_ctas2": "the DDP job at NCCL_MAX_CTAS=2: finding 1"}
+PARALLEL = {"ddp": "DDP", "fsdp2": "FSDP2", "pp": "pipeline"}
+
+
+def _match_key(c: dict) -> tuple:
+    """A configuration's name without its run and world size: the same program and arguments on 2 and on 4 ranks."""
+    config = ";".join(kv for kv in (c["config"] or "").split(";") if kv and not kv.startswith("world="))
+    return (c["run"], c["workload"], c["op"], c["dtype"], c["bytes"], c["max_ctas"], config)
+
+
+def _fmt(a: dict, unit: str, fig: str = "") -> str:
+    return ci(a, "avg", unit, signed=unit == "%" and fig != "exposed_comm_share")
+
+
+def _change(a2: dict, a4: dict) -> tuple[float, float, float] | None:
+    """4 ranks minus 2 ranks, with the interval of the difference (the two runs are independent), or None."""
+    from traceql.stats import difference_interval
+
+    if a2["avg"] is None or a4["avg"] is None:
+        return None
+    lo2, hi2, lo4, hi4 = (v if v is not None else float("nan") for v in (a2["avg_lo"], a2["avg_hi"], a4["avg_lo"],
+                                                                        a4["avg_hi"]))
+    return difference_interval(a2["avg"], lo2, hi2, a4["avg"], lo4, hi4)
+
+
+def _way(d: tuple[float, float, float] | None) -> str:
+    if d is None:
+        return "–"
+    _, lo, hi = d
+    return "up" if lo > 0 else "down" if hi < 0 else "within the intervals" if lo == lo and hi == hi else "no interval"
+
+
+def _diff_text(d: tuple[float, float, float] | None, unit: str) -> str:
+    if d is None:
+        return "–"
+    fmt = (lambda v: number(v, "%")) if unit == "%" else (lambda v: f"{v / 1e6:+.3f}")
+    return f"{fmt(d[0])} [{fmt(d[1])}, {fmt(d[2])}]" if d[1] == d[1] and d[2] == d[2] else f"{fmt(d[0])} [no interval]"
+
+
+def ranks_section(r2, r4, source2: str, source4: str) -> str:
+    """The same configurations on 2 and on 4 ranks: how each figure moves, chosen by the interval of the change."""
+    c2 = {_match_key(c): c for c in r2.configs.to_pylist()}
+    c4 = {_match_key(c): c for c in r4.configs.to_pylist()}
+    both = [k for k in c2 if k in c4]
+    micro = [k for k in both if c2[k]["op"] is not None]
+    train = sorted((k for k in both if c2[k]["op"] is None), key=lambda k: k[-1])
+    groups = []  # (workload, group, keys)
+    if micro:
+        groups.append(("microbenchmark", "all", micro))
+        for dim, i, show in (("collective", 2, str), ("size", 4, _size), ("dtype", 3, str)):
+            for v in sorted({k[i] for k in micro}, key=lambda v: (v is None, v)):
+                groups.append(("microbenchmark", f"{dim} {show(v)}", [k for k in micro if k[i] == v]))
+    for k in train:
+        par = dict(kv.split("=", 1) for kv in k[-1].split(";") if "=" in kv).get("parallel", k[0])
+        groups.append((PARALLEL.get(par, par), k[0], [k]))
+    rows, moves = [], {}
+    for workload, group, keys in groups:
+        for fig, _, unit in RANK_FIGURES:
+            a2 = r2.average(fig, [c2[k] for k in keys])
+            a4 = r4.average(fig, [c4[k] for k in keys])
+            if a2["avg"] is None or a4["avg"] is None:
+                continue
+            d = _change(a2, a4)
+            moves[(workload, group, fig)] = (a2, a4, d)
+            rows.append([workload, group, f"`{fig}`", a2["configs"], _fmt(a2, unit, fig), _fmt(a4, unit, fig),
+                         _diff_text(d, unit), _way(d)])
+    text = [f"The configurations run with the same program and arguments on 2 ranks (`{source2}`) and on 4 "
+            f"(`{source4}`, the same kind of GPU): {len(micro)} configuration(s) of the microbenchmark and "
+            f"{len(train)} training job(s) ({', '.join(k[0] for k in train) or 'none'}). Each figure is the average "
+            "over the group's configurations, as the tables above average them, with its 95% interval; the change "
+            "4 - 2 has the interval of a difference of two independent estimates (MOVER), and it is \"up\" or "
+            "\"down\" only where that interval excludes 0."]
+    text.append(_md(rows, ["workload", "group", "figure", "configurations", "2 ranks [95% CI]", "4 ranks [95% CI]",
+                           "4 - 2 [95% CI]", "moved"]))
+    what = {f: w for f, w, _ in RANK_FIGURES}
+    lines = []
+    for workload, group, _ in groups:
+        if group != "all" and workload == "microbenchmark":
+            continue
+        said = []
+        for fig, _, unit in RANK_FIGURES:
+            if (workload, group, fig) not in moves:
+                continue
+            a2, a4, d = moves[(workload, group, fig)]
+            way = _way(d)
+            verb = {"up": "rose", "down": "fell"}.get(way, "moved")
+            said.append(f"{what[fig]} {verb} from {_fmt(a2, unit, fig)} to {_fmt(a4, unit, fig)}"
+                        + (" (beyond the intervals)" if way in ("up", "down") else
+                           " (the change's interval holds 0)" if way == "within the intervals" else " (no interval)"))
+        name = f"{workload} (all {len(micro)} configurations)" if workload == "microbenchmark" else workload
+        lines.append(f"- {name}: " + "; ".join(said) + ".")
+    if micro:
+        per_group = []
+        for fig in ("compute_slowdown", "comm_alone_ns", "exposed_comm_ns"):
+            up = [g for (w, g, f), (_, _, d) in moves.items() if w == "microbenchmark" and g != "all" and f == fig
+                  and _way(d) == "up"]
+            down = [g for (w, g, f), (_, _, d) in moves.items() if w == "microbenchmark" and g != "all" and f == fig
+                    and _way(d) == "down"]
+            n = sum(1 for (w, g, f) in moves if w == "microbenchmark" and g != "all" and f == fig)
+            per_config = [_change(r2.average(fig, [c2[k]]), r4.average(fig, [c4[k]])) for k in micro]
+            cu = sum(_way(d) == "up" for d in per_config)
+            cd = sum(_way(d) == "down" for d in per_config)
+            per_group.append(
+                f"`{fig}` rose beyond the intervals in {len(up)} of {n} groups" + (f" ({', '.join(up)})" if up else "")
+                + f" and fell in {len(down)}" + (f" ({', '.join(down)})" if down else "")
+                + f"; per configuration, it rose in {cu} of {len(per_config)} and fell in {cd}")
+        lines.append("- microbenchmark by collective, size and data type: " + "; ".join(per_group) + ".")
+    text.append("\n".join(lines))
+    names4 = {k[0] for k in c4}
+    only2 = sorted({c["run"] for k, c in c2.items() if k not in c4 and c["run"] not in H200X4_LEFT_OUT})
+    notes = []
+    for run in only2:
+        cfg = next(c["config"] or "" for c in c2.values() if c["run"] == run)
+        why = TWO_ONLY.get(run) or next((v for k, v in TWO_ONLY.items() if k in cfg.split(";")), None)
+        notes.append(f"`{run}` ({why})" if why else f"`{run}`")
+    for run, why in H200X4_LEFT_OUT.items():
+        text.append(f"`{run}` ran on 4 ranks too (`{source4}`) but is not beside its 2-rank runs here: {why}.")
+    if notes:
+        text.append("On 2 ranks only: " + ", ".join(notes) + "; their rows above have no 4-rank row beside them."
+                    + (f" On 4 ranks only: {', '.join(f'`{n}`' for n in sorted(names4 - {k[0] for k in c2}))}."
+                       if names4 - {k[0] for k in c2} else ""))
+    return "\n\n".join(text)
+
+
+def _cells(line: str) -> list[str]:
+    return line.strip()[2:-2].split(" | ")
+
+
+def _row(cells: list[str]) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
+def _key_width(*tables: list[list[str]]) -> int:
+    """The fewest leading columns that tell every row of each table apart (the configuration, the mode, ...)."""
+    width = max(len(r) for t in tables for r in t)
+    for k in range(1, width):
+        if all(len({tuple(r[:k]) for r in t}) == len(t) for t in tables):
+            return k
+    return width
+
+
+def _merge_table(t2: str, t4: str) -> str:
+    """One table of the 2-rank and the 4-rank rows: a ``ranks`` column after the columns that name a row, each
+    4-rank row right after the 2-rank row of the same name (one row "2, 4" where every cell is the same), the
+    4-rank rows without a 2-rank one last."""
+    l2, l4 = t2.split("\n"), t4.split("\n")
+    head = _cells(l2[0])
+    rows2, rows4 = [_cells(x) for x in l2[2:]], [_cells(x) for x in l4[2:]]
+    k = _key_width(rows2, rows4)
+    out = [_row([*head[:k], "ranks", *head[k:]]), "|" + "---|" * (len(head) + 1)]
+    used = set()
+    for r in rows2:
+        same = [i for i, x in enumerate(rows4) if x[:k] == r[:k] and i not in used]
+        if len(same) == 1 and rows4[same[0]] == r:
+            out.append(_row([*r[:k], "2, 4", *r[k:]]))
+            used.add(same[0])
+            continue
+        out.append(_row([*r[:k], "2", *r[k:]]))
+        for i in same:
+            out.append(_row([*rows4[i][:k], "4", *rows4[i][k:]]))
+            used.add(i)
+    out += [_row([*x[:k], "4", *x[k:]]) for i, x in enumerate(rows4) if i not in used]
+    return "\n".join(out)
+
+
+def _on_four(block: str) -> str:
+    if block.startswith("- "):
+        return "On 4 ranks:\n\n" + block
+    first = block[0].lower() if len(block) > 1 and block[1].islower() else block[0]
+    return f"On 4 ranks: {first}{block[1:]}"
+
+
+def beside(text2: str, text4: str | None) -> str:
+    """A section generated from the 2-rank runs with the 4-rank one's beside it: each table of the two merged
+    (:func:`_merge_table`), each paragraph of the 4-rank text that says something else after its 2-rank one
+    ("On 4 ranks: ..."). Both texts come from the same function, so their blocks come in the same order."""
+    if text4 is None:
+        return text2
+    if "\n\n### " in text2:  # subsections (the findings): each beside its namesake
+        parts2, parts4 = text2.split("\n\n### "), text4.split("\n\n### ")
+        named4 = {p.split("\n", 1)[0]: p for p in parts4[1:]}
+        merged = [beside(parts2[0], parts4[0])]
+        for part in parts2[1:]:
+            title = part.split("\n", 1)[0]
+            merged.append(beside(part, named4.pop(title)) if title in named4 else part)
+        return "\n\n### ".join(m.strip("\n") for m in merged + list(named4.values()))
+    b2, b4 = text2.split("\n\n"), text4.split("\n\n")
+    tables4 = [b for b in b4 if b.startswith("|")]
+    paras4 = [b for b in b4 if not b.startswith("|")]
+    out, t, p = [], 0, 0
+    for b in b2:
+        if b.startswith("|"):
+            if t < len(tables4) and _cells(b.split("\n")[0]) == _cells(tables4[t].split("\n")[0]):
+                out.append(_merge_table(b, tables4[t]))
+                t += 1
+            else:
+                out.append(b)
+            continue
+        out.append(b)
+        if p < len(paras4):
+            if paras4[p] != b:
+                out.append(_on_four(paras4[p]))
+            p += 1
+    out += [x if x.startswith("|") else _on_four(x) for x in tables4[t:] + paras4[p:]]
+    return "\n\n".join(out)
+
+
+def generate(result, source: str, four=None) -> str:
+    """The page. ``four``: (the 4-rank runs' tables, their source), set beside the 2-rank ones, or None."""
+    r4, source4 = four if four is not None else (None, None)
+
+    def both(fn, *args):
+        return beside(fn(result, *args), fn(r4, *args) if r4 is not None else None)
+
     sections = [
         "# Reproducing the compute-communication overlap characterization (Lee et al., ISPASS 2025)",
         "Generated by `python benchmarks/reproduction.py --write docs/reproduction.md` from the committed runs; do not "
         "edit by hand (`tests/test_reproduction.py` regenerates it and fails when it differs). The same tables come "
         "from `traceql paper RUNS` and `traceql report RUNS --recipe paper`; docs/paper.md defines every figure.",
         *([PENDING] if source.endswith("suite") else []),
-        "## Runs\n\n" + runs_section(result, source),
-        "## Setup: the paper's and ours\n\n" + setup_section(result),
-        "## Headline: the paper's numbers beside ours\n\n" + headline_section(result),
-        "## Per collective, data type and NCCL_MAX_CTAS\n\n" + groups_section(result),
-        "## Per configuration\n\n" + configs_section(result),
-        "## Energy and power per mode\n\n" + power_section(result),
+        "## Runs\n\n" + beside(runs_section(result, source), runs_section(r4, source4) if r4 is not None else None),
+        "## Setup: the paper's and ours\n\n" + both(setup_section),
+        "## Headline: the paper's numbers beside ours\n\n" + both(headline_section),
+        "## Per collective, data type and NCCL_MAX_CTAS\n\n" + both(groups_section),
+        "## Per configuration\n\n" + both(configs_section),
+        "## Energy and power per mode\n\n" + both(power_section),
         "## Why each configuration slowed down\n\nThe attribution's per-instance predictions, t0-weighted over the "
         "overlapped mode's instances and combined by its rule (docs/paper.md): the parts and the residual add up to "
         "the observed slowdown of those instances against their own baselines (docs/attribution.md), which is close "
-        "to, not the same as, `compute_slowdown` (the mode totals).\n\n" + breakdown_section(result),
-        "## Findings the paper does not have\n\n" + findings_section(result),
+        "to, not the same as, `compute_slowdown` (the mode totals).\n\n" + both(breakdown_section),
+        "## Findings the paper does not have\n\n" + both(findings_section),
+        *(["## From 2 to 4 ranks\n\n" + ranks_section(result, r4, source, source4)] if r4 is not None else []),
     ]
     return "\n\n".join(sections) + "\n"
 
@@ -635,6 +874,23 @@ def compute(data: str, store: Path | None = None):
     return paper(SUITE), "tests/data/h200/suite"
 
 
+def compute4(data: str, store: Path | None = None):
+    """(the paper's tables over the 4-rank runs of tests/data/h200x4, their source), set beside the 2-rank ones of
+    tests/data/h200x2; None for the suite or where tests/data/h200x4 is not there. ``store``: those runs already
+    ingested (the tests' fixture: ``build_store(out, H200X4_RUNS, H200X4)``)."""
+    from traceql.paper import paper
+
+    if data != "h200x2" or not (H200X4 / "runs.json").exists():
+        return None
+    if store is not None:
+        return paper(store), "tests/data/h200x4"
+    sys.path.insert(0, str(ROOT / "tests"))
+    from h200x2 import build_store  # type: ignore[import-not-found]
+
+    with tempfile.TemporaryDirectory(prefix="traceql-repro4-") as tmp:
+        return paper(build_store(Path(tmp) / "store", H200X4_RUNS, H200X4)), "tests/data/h200x4"
+
+
 def default_data() -> str:
     return "h200x2" if (H200X2 / "README.md").exists() else "suite"
 
@@ -645,8 +901,9 @@ def main(argv=None) -> int:
     p.add_argument("--data", choices=("suite", "h200x2"), default=None,
                    help="which committed runs (default: tests/data/h200x2 when it is there, else the suite)")
     args = p.parse_args(argv)
-    result, source = compute(args.data or default_data())
-    text = generate(result, source)
+    data = args.data or default_data()
+    result, source = compute(data)
+    text = generate(result, source, compute4(data))
     if args.write:
         from traceql.paper import write_text
 

@@ -167,6 +167,14 @@ def config_figures(modes: dict[str, dict], power: dict[str, dict] | None = None)
     lo, _ = potential.interval()
     if not (lo > 0 or (math.isnan(lo) and potential.point > 0)):
         figs["overlap_efficiency"] = Est(NAN)
+    # times per iteration, for comparisons between runs (docs/reproduction.md, from 2 to 4 ranks): the collectives
+    # alone, the collectives beside the compute, and the part of those that no compute covered (exposed), also as a
+    # share of the overlapped iteration
+    figs["comm_alone_ns"] = combine(lambda c: c, q("comm", "comm_ns"))
+    figs["comm_ovl_ns"] = combine(lambda c: c, q("overlapped", "comm_ns"))
+    figs["exposed_comm_ns"] = combine(lambda c, h: c - h, q("overlapped", "comm_ns"), q("overlapped", "hidden_comm_ns"))
+    figs["exposed_comm_share"] = combine(lambda c, h, w: (c - h) / w, q("overlapped", "comm_ns"),
+                                         q("overlapped", "hidden_comm_ns"), q("overlapped", "wall_ns"))
     power = power or {}
 
     def p(mode: str, name: str) -> Est | None:
