@@ -649,7 +649,7 @@ def test_json_contract(result_a):
     assert v["lost_by_cause_ms"] == {"sm": approx(0.001), "dram_bw": 0, "cache": 0, "clock": 0, "link": 0,
                                      "unexplained": 0}
     assert v["saved_ms"] == approx(0.002) and v["instances_left_out"] == 0
-    assert set(doc["runs"][0]) == {"run_id", "source_path", "format", "tool_version", "gpu_names"}
+    assert set(doc["runs"][0]) == {"run_id", "source_path", "format", "tool_version", "gpu_names", "name"}
     assert all(set(r) == SUMMARY_KEYS for r in doc["summary"])
     assert all(set(r) == KERNEL_KEYS for r in doc["kernels"])
     assert set(doc["kernels"][0]["explained"]) == {"sm", "dram_bw", "cache", "clock", "link"}

@@ -155,7 +155,7 @@ KERNEL_ORDER = """(kind = 'compute' AND comm_fraction > 0) DESC, significant DES
 
 SUMMARY_ORDER = "run_id, device_id, nvtx NULLS FIRST"
 WAITS_ORDER = SUMMARY_ORDER
-RUN_COLUMNS = "run_id, source_path, format, tool_version, gpu_names"
+RUN_COLUMNS = "run_id, source_path, format, tool_version, gpu_names, labels_json ->> 'name' AS name"
 
 
 def baseline_run(baseline: Path, workdir: Path, executor: Executor | None = None) -> tuple[External, set[str]]:

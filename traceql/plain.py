@@ -67,3 +67,12 @@ def ms(ns: float | None) -> str:
         return "-"
     v = ns / 1e6
     return f"{v:.3f}" if abs(v) >= 0.01 or v == 0 else f"{v:.4f}" if abs(v) >= 0.001 else f"{v:.6f}"
+
+
+def run_names(runs: list[dict]) -> dict[str, str]:
+    """One name per run for tables: the name it was collected under (``traceql collect --name``, its ``name``
+    label), else its trace's file name; the run id's first 8 characters after it where two runs share a name (JSON
+    and CSV keep the whole id)."""
+    base = {r["run_id"]: r.get("name") or (r.get("source_path") or r["run_id"]).rstrip("/").rsplit("/", 1)[-1]
+            for r in runs}
+    return {rid: b if list(base.values()).count(b) == 1 else f"{b} ({rid[:8]})" for rid, b in base.items()}

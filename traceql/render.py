@@ -8,7 +8,7 @@ import json
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
-from .plain import cell, table_width
+from .plain import cell, run_names, table_width
 from .plain import ms as _fmt_ns
 
 
@@ -72,10 +72,7 @@ def render_attribution(result, fmt: str, limit: int = 25) -> str:
         console.print(cell(v["text"]))
     if result.verdicts:
         console.print("", markup=False)
-    # a run by its file name, not its hash (the hash where two runs share a name)
-    paths = {r["run_id"]: r["source_path"] for r in result.runs.to_pylist()}
-    base = {rid: (p or rid).rsplit("/", 1)[-1] for rid, p in paths.items()}
-    names = {rid: b if list(base.values()).count(b) == 1 else f"{b} ({rid[:8]})" for rid, b in base.items()}
+    names = run_names(result.runs.to_pylist())  # a run by its name, not its hash
     summary = table("per device (ms; compute = non-communication kernels; exposed: communication alone; hidden: "
                     "its share under compute; ovl frac: share of compute overlapped; slowdown: of compute beside "
                     "other work; ovl kernels: compute kernels overlapped / all)",
@@ -133,27 +130,27 @@ def render_overlap(table: pa.Table, fmt: str) -> str:
         sink = pa.BufferOutputStream()
         pacsv.write_csv(table, sink)
         return sink.getvalue().to_pybytes().decode()
+    from rich import box
     from rich.console import Console
     from rich.table import Table
 
     buf = io.StringIO()
     console = Console(file=buf, width=table_width(), color_system=None)
-    out = Table(title="per device, first to last kernel (ms; share of the span; compute = non-communication kernels)",
-                title_justify="left")
-    for col in ("run", "device", "span", "compute only", "comm only", "overlap", "idle", "comm overlapped",
-                "kernels compute/comm"):
-        out.add_column(col)
+    out = Table(title="per device, first to last kernel (ms; share of the span; compute = non-communication "
+                      "kernels; comm hidden: its share under compute; kernels: compute/comm)",
+                title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    for col in ("run", "dev", "span", "compute only", "comm only", "overlap", "idle", "comm hidden", "kernels"):
+        # the run's name folds (wrapped, never cut); the figures stay whole
+        out.add_column(col, overflow="fold", min_width=14 if col == "run" else None)
 
     def part(r: dict, key: str) -> str:
         return f"{r[key] / 1e6:.1f} ({r[key] / r['span_ns']:.0%})" if r["span_ns"] else f"{r[key] / 1e6:.1f}"
 
     rows = table.to_pylist()
-    names = {r["run_id"]: (r["source_path"] or r["run_id"]).rsplit("/", 1)[-1] for r in rows}
+    names = run_names([{"run_id": r["run_id"], "source_path": r["source_path"], "name": r.get("name")}
+                       for r in rows])
     for r in rows:
-        name = names[r["run_id"]]
-        if list(names.values()).count(name) > 1:
-            name += f" ({r['run_id'][:8]})"
-        out.add_row(*map(cell, (name, str(r["device_id"]), f"{r['span_ns'] / 1e6:.1f}",
+        out.add_row(*map(cell, (names[r["run_id"]], str(r["device_id"]), f"{r['span_ns'] / 1e6:.1f}",
                                 part(r, "compute_only_ns"), part(r, "comm_only_ns"), part(r, "overlap_ns"),
                                 part(r, "idle_ns"),
                                 "-" if r["comm_overlapped"] is None else f"{r['comm_overlapped']:.1%}",
