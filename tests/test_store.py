@@ -233,7 +233,7 @@ def test_wheel_ships_queries_and_collectors(tmp_path):
     sql_files = {f"traceql/queries/{p.name}" for p in (REPO / "queries").glob("*.sql")}
     assert sql_files <= names
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
-    assert "traceql = traceql.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
+    assert "traceql = traceql.cli:console" in zipfile.ZipFile(wheel).read(entry_points).decode()
 
 
 def test_arrow_types_roundtrip_through_duckdb(overlap_con):

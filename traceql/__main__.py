@@ -1,5 +1,5 @@
 """``python -m traceql``: the command line."""
 
-from .cli import main
+from .cli import console
 
-main()
+console()

@@ -740,5 +740,17 @@ def _out_of_memory_text(exc: Exception) -> str:
     return f"out of memory: {first}; {advice}"
 
 
+def console() -> None:
+    """The ``traceql`` program (console script, ``python -m traceql[.cli]``): :func:`main`, then Ctrl-C ignored while
+    Python exits. The command's output is complete by then; a SIGINT landing in the interpreter's shutdown (joining
+    threads) would only print a traceback after it."""
+    import signal
+
+    try:
+        main()
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 if __name__ == "__main__":
-    main()
+    console()
