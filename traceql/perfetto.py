@@ -575,6 +575,19 @@ class _Exporter:
                                                   rank=rank, **kw)
         return self.lane_tracks[full]
 
+    def gpu_lanes(self, lanes: Lanes, kind: str, title: str, rank: int, runs: pa.ChunkedArray | pa.Array,
+                  device: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+        """The track of each slice of one of traceql's per-GPU tracks (rows ordered by run and device): its GPU's
+        ``title`` track, or a second lane of it where slices overlap without nesting."""
+        run = runs.to_pylist()
+        track = np.empty(len(start), np.uint64)
+        for b, e in _segments([_codes(runs), device]):
+            key = (kind, run[b], int(device[b]))
+            lane = lanes.assign(key, start[b:e], end[b:e])
+            for j in np.unique(lane).tolist():
+                track[b:e][lane == j] = self.lane_track(key, j, title, self.gpu[(run[b], int(device[b]))], rank=rank)
+        return track
+
     def gpu_activities(self) -> None:
         lanes = Lanes(nest=False)
         by_activity = np.asarray([self.cat["kernel"], self.cat["memcpy"], self.cat["memset"]], np.uint64)
@@ -709,34 +722,18 @@ class _Exporter:
         lanes = Lanes(nest=False)
         for batch in _batches(self.con, "SELECT run_id, device_id, state, start_ns, end_ns FROM timeline_segments "
                                         "ORDER BY run_id, device_id, start_ns"):
-            run = batch.column("run_id").to_pylist()
-            device = _np(batch, "device_id")
             start, end = _np(batch, "start_ns"), _np(batch, "end_ns")
-            codes = _codes(batch.column("run_id"))
-            track = np.empty(batch.num_rows, np.uint64)
-            for b, e in _segments([codes, device]):
-                key = ("overlap", run[b], int(device[b]))
-                lane = lanes.assign(key, start[b:e], end[b:e])
-                for j in np.unique(lane).tolist():
-                    track[b:e][lane == j] = self.lane_track(key, j, "traceql: overlap",
-                                                            self.gpu[(run[b], int(device[b]))], rank=-2)
+            track = self.gpu_lanes(lanes, "overlap", "traceql: overlap", -2, batch.column("run_id"),
+                                   _np(batch, "device_id"), start, end)
             name_iid, _ = self.w.intern_column("names", batch.column("state"))
             emit_slices(self.w, track, start, end, name_iid, cat_tq)
             self.slices["traceql"] += batch.num_rows
         # waits for a late rank, each with a flow to the late rank's collective
         waits = _table(self.con, "SELECT * FROM _pf_waits ORDER BY run_id, waiting_device_id, wait_start_ns, flow_id")
         if waits.num_rows:
-            run = waits.column("run_id").to_pylist()
-            device = _np(waits, "waiting_device_id")
             start, end = _np(waits, "wait_start_ns"), _np(waits, "wait_end_ns")
-            codes = _codes(waits.column("run_id"))
-            track = np.empty(waits.num_rows, np.uint64)
-            for b, e in _segments([codes, device]):
-                key = ("waits", run[b], int(device[b]))
-                lane = lanes.assign(key, start[b:e], end[b:e])
-                for j in np.unique(lane).tolist():
-                    track[b:e][lane == j] = self.lane_track(key, j, "traceql: waits for other ranks",
-                                                            self.gpu[(run[b], int(device[b]))], rank=-1)
+            track = self.gpu_lanes(lanes, "waits", "traceql: waits for other ranks", -1, waits.column("run_id"),
+                                   _np(waits, "waiting_device_id"), start, end)
             late = _np(waits, "device_id")
             names = pa.array([f"wait for device {d} ({op})" for d, op in
                               zip(late.tolist(), waits.column("comm_op").to_pylist(), strict=True)])

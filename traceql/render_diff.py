@@ -9,7 +9,8 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 
 from .diff_match import shape_change
-from .plain import cell, ms, table_width
+from .plain import cell, table_width
+from .plain import ms as _ms
 
 FORMATS = ("table", "json", "csv")
 
@@ -24,10 +25,6 @@ def _num(v, unit: str = "") -> str:
 
 def _pct(v) -> str:
     return "-" if v is None else f"{v:+.1%}"
-
-
-def _ms(ns) -> str:
-    return ms(ns)
 
 
 def _delta(r: dict) -> str:
