@@ -22,12 +22,30 @@ WITH launches AS (
 ), calls AS (
     SELECT run_id, global_tid, start_ns, end_ns, text, labels FROM nvtx
     WHERE domain = 'NCCL' AND event_type IN ('push_pop', 'start_end') AND end_ns IS NOT NULL
+), latest AS (
+    -- the latest start of an NCCL range at or before the launch on its thread: that range (or one of the ranges
+    -- starting then) is the innermost open one when it is still open, as it is for almost every launch
+    SELECT l.*, c.start_ns AS latest_ns
+    FROM launches l ASOF JOIN calls c
+      ON c.run_id = l.run_id AND c.global_tid = l.global_tid AND c.start_ns <= l.t
+), enclosing AS (
+    SELECT l.run_id, l.device_id, l.global_pid, l.correlation_id, l.start_ns, l.comm_op, c.start_ns AS c_start_ns,
+           c.text, c.labels
+    FROM latest l JOIN calls c
+      ON c.run_id = l.run_id AND c.global_tid = l.global_tid AND c.start_ns = l.latest_ns AND l.t <= c.end_ns
+    UNION ALL
+    -- the rest (the latest range closed before the launch): the ranges around it, by a range join over these alone
+    SELECT l.run_id, l.device_id, l.global_pid, l.correlation_id, l.start_ns, l.comm_op, c.start_ns, c.text,
+           c.labels
+    FROM (SELECT * FROM latest l WHERE NOT EXISTS (
+              SELECT 1 FROM calls c WHERE c.run_id = l.run_id AND c.global_tid = l.global_tid
+                                      AND c.start_ns = l.latest_ns AND l.t <= c.end_ns)) l
+    JOIN calls c ON c.run_id = l.run_id AND c.global_tid = l.global_tid AND c.start_ns <= l.t AND l.t <= c.end_ns
 )
-SELECT l.run_id, l.device_id, l.global_pid, l.correlation_id, l.start_ns, any_value(l.comm_op) AS comm_op,
-       arg_max(c.text, (c.start_ns, c.text)) AS call,
-       arg_max(c.labels['NCCL communicator ID'], (c.start_ns, c.text)) AS comm_id,
-       TRY_CAST(arg_max(c.labels['Message size [bytes]'], (c.start_ns, c.text)) AS BIGINT) AS message_bytes,
-       arg_max(c.labels['Reduction operation'], (c.start_ns, c.text)) AS reduction
-FROM launches l JOIN calls c ON c.run_id = l.run_id AND c.global_tid = l.global_tid AND c.start_ns <= l.t
- AND l.t <= c.end_ns
-GROUP BY l.run_id, l.device_id, l.global_pid, l.correlation_id, l.start_ns
+SELECT run_id, device_id, global_pid, correlation_id, start_ns, any_value(comm_op) AS comm_op,
+       arg_max(text, (c_start_ns, text)) AS call,
+       arg_max(labels['NCCL communicator ID'], (c_start_ns, text)) AS comm_id,
+       TRY_CAST(arg_max(labels['Message size [bytes]'], (c_start_ns, text)) AS BIGINT) AS message_bytes,
+       arg_max(labels['Reduction operation'], (c_start_ns, text)) AS reduction
+FROM enclosing
+GROUP BY run_id, device_id, global_pid, correlation_id, start_ns

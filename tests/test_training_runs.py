@@ -119,3 +119,56 @@ def test_nccl_payloads_name_each_collective(tmp_path):
         transfer = [t for dev, _, _, t in waits if dev == d]
         assert transfer == sorted(transfer) and transfer[0] < transfer[-1]
     con.close()
+
+
+def test_nccl_calls_take_the_innermost_open_range_on_the_launching_thread():
+    """nccl_calls against a brute-force reading of its rule, on random nested NCCL ranges over two threads: each
+    launch gets the innermost NCCL range open on its thread at the launch (latest start, then text), also when the
+    range that began last closed before the launch (an outer one is still open), and none outside every range."""
+    import random
+
+    from traceql.queries_loader import query_files
+
+    rnd = random.Random(7)
+    ranges, launches = [], []
+
+    def nest(tid, start, end, depth):
+        t = start
+        while t < end - 10 and len(ranges) < 400:
+            a = t + rnd.randrange(1, 20)
+            b = min(end - 1, a + rnd.randrange(5, 400 // (depth + 1)))
+            if b <= a:
+                break
+            ranges.append((tid, a, b, f"nccl{rnd.randrange(3)}", str(len(ranges))))
+            if depth < 3 and rnd.random() < 0.5:
+                nest(tid, a, b, depth + 1)
+            t = b + rnd.randrange(0, 20)
+
+    for tid in (1, 2):
+        nest(tid, 0, 5000, 0)
+        ranges.append((tid, 100, 300, "tie", "tie"))  # the same start as no other, or as one of the random ones
+    for i in range(600):
+        tid = rnd.choice((1, 2))
+        launches.append((i, tid, rnd.randrange(0, 5100)))
+    con = duckdb.connect()
+    con.execute("CREATE TABLE kernels AS SELECT 'r' AS run_id, 0 AS device_id, 7::BIGINT AS global_pid, "
+                "i::BIGINT AS correlation_id, (1000000 + i)::BIGINT AS start_ns, 'all_reduce' AS comm_op, "
+                "'comm' AS kind FROM range(600) t(i)")
+    con.execute("CREATE TABLE runtime_api (run_id VARCHAR, global_pid BIGINT, correlation_id BIGINT, "
+                "global_tid BIGINT, start_ns BIGINT)")
+    con.executemany("INSERT INTO runtime_api VALUES ('r', 7, ?, ?, ?)", launches)
+    con.execute("CREATE TABLE nvtx (run_id VARCHAR, global_tid BIGINT, start_ns BIGINT, end_ns BIGINT, text VARCHAR, "
+                "labels MAP(VARCHAR, VARCHAR), domain VARCHAR, event_type VARCHAR)")
+    con.executemany("INSERT INTO nvtx VALUES ('r', ?, ?, ?, ?, MAP {'NCCL communicator ID': ?}, 'NCCL', 'push_pop')",
+                    ranges)
+    sql = dict(query_files())["nccl_calls.sql"].strip().rstrip(";")
+    got = dict(con.sql(f"SELECT correlation_id, (call, comm_id) FROM ({sql})").fetchall())
+    want = {}
+    for i, tid, t in launches:
+        open_ = [(a, text, cid) for tr, a, b, text, cid in ranges if tr == tid and a <= t <= b]
+        if open_:
+            _, text, cid = max(open_)
+            want[i] = (text, cid)
+    assert len(want) > 300 and any(len([r for r in ranges if r[0] == tid and r[1] <= t <= r[2]]) > 1
+                                   for _, tid, t in launches)
+    assert got == want
