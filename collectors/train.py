@@ -235,6 +235,12 @@ def run(args) -> None:
                     loss = step()
                     if straggle is not None and s in slow_steps:
                         held.synchronize()
+                if s in slow_steps:
+                    # the co-runner ends with its step: every rank waits for its GPU and for the others before the
+                    # next step. Else the slow rank, whose host waited for the co-runner while the others' hosts ran
+                    # ahead, starts the next step late too
+                    torch.cuda.synchronize()
+                    dist.barrier()
             torch.cuda.synchronize()
     if args.profile_range:
         torch.cuda.cudart().cudaProfilerStop()
