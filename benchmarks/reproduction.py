@@ -25,8 +25,8 @@ ROOT = Path(__file__).resolve().parent.parent
 SUITE = ROOT / "tests/data/h200/suite"
 H200X2 = ROOT / "tests/data/h200x2"
 H200X4 = ROOT / "tests/data/h200x4"
-# the 4-GPU runs beside the 2-GPU ones: the microbenchmark and the training programs with 4 ranks (the straggler run has an
-# overlapped mode only, so none of the paper's figures: tests/test_straggler.py reads it)
+# the 4-GPU runs beside the 2-GPU ones: the microbenchmark and the training programs with 4 ranks (the straggler run
+# has an overlapped mode only, so none of the paper's figures: tests/test_straggler.py reads it)
 H200X4_RUNS = ["overlap", "train_ddp", "train_fsdp2"]
 # 4-rank runs committed but not set beside their 2-rank ones, and why (said on the page): none now
 H200X4_LEFT_OUT: dict[str, str] = {}
