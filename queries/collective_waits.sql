@@ -7,7 +7,9 @@
 -- runs it the same number of times; otherwise it is not matched (point-to-point sends and receives never are). The
 -- communicator comes from NCCL's NVTX payload (nccl_calls); without payloads, all collectives of a kind count as
 -- one communicator's, and several communicators of one kind (tensor and data parallel groups) would be mismatched.
--- The devices of one run share its clock.
+-- The devices of one run share its clock. The wait that no compute kernel of the rank's own hid (exposed) is what
+-- waiting cost its GPU: the rest ran beside its compute (the union of its compute kernels: every kernel but
+-- communication).
 -- columns:
 --   run_id           VARCHAR  run
 --   device_id        INTEGER  physical GPU (the rank's device)
@@ -24,6 +26,7 @@
 --   late_device_id   INTEGER  the device that arrived last
 --   wait_ns          BIGINT   time this rank waited for the last arrival inside its kernel (ns)
 --   transfer_ns      BIGINT   the rest of its kernel's time (ns)
+--   exposed_wait_ns  BIGINT   the part of its wait with no compute kernel of its device running (ns)
 WITH comm AS (
     SELECT f.run_id, f.device_id, f.nvtx, k.comm_op, c.comm_id, c.message_bytes, f.start_ns, f.end_ns, f.dur_ns,
            row_number() OVER (PARTITION BY f.run_id, f.device_id, c.comm_id, k.comm_op
@@ -46,8 +49,41 @@ WITH comm AS (
     FROM comm c JOIN kinds t ON t.run_id = c.run_id AND t.comm_id IS NOT DISTINCT FROM c.comm_id
      AND t.comm_op = c.comm_op
     WINDOW w AS (PARTITION BY c.run_id, c.comm_id, c.comm_op, c.seq)
+), waits AS (
+    SELECT *, least(last_arrival_ns - start_ns, dur_ns) AS wait_ns FROM matched
+), waiting AS (
+    SELECT DISTINCT run_id, device_id FROM waits WHERE wait_ns > 0
+), compute AS (
+    -- the compute kernels of the devices that waited, and where their union starts a new piece. A wait lies inside
+    -- an NCCL kernel, so only compute kernels that communication overlapped can overlap it: the union of those alone
+    -- covers a wait as the union of all would
+    SELECT a.run_id, a.device_id, a.start_ns, a.end_ns,
+           coalesce(a.start_ns > max(a.end_ns) OVER (PARTITION BY a.run_id, a.device_id ORDER BY a.start_ns, a.end_ns
+                                                    ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), true)::INT
+               AS new_piece
+    FROM instance_facts a SEMI JOIN waiting w ON w.run_id = a.run_id AND w.device_id = a.device_id
+    WHERE a.activity = 'kernel' AND a.kind <> 'comm' AND a.comm_overlap_ns > 0 AND a.end_ns > a.start_ns
+), pieces AS (
+    SELECT run_id, device_id, min(start_ns) AS u_start, max(end_ns) AS u_end
+    FROM (SELECT *, sum(new_piece) OVER (PARTITION BY run_id, device_id ORDER BY start_ns, end_ns
+                                         ROWS UNBOUNDED PRECEDING) AS piece FROM compute)
+    GROUP BY run_id, device_id, piece
+), covered AS (
+    -- compute time before each piece of the union
+    SELECT *, sum(u_end - u_start) OVER (PARTITION BY run_id, device_id ORDER BY u_start ROWS UNBOUNDED PRECEDING)
+              - (u_end - u_start) AS before_ns
+    FROM pieces
+), hidden AS (
+    -- compute time up to the wait's start and up to its end: their difference is the wait that compute hid
+    SELECT w.*, coalesce(a.before_ns + least(w.start_ns, a.u_end) - a.u_start, 0) AS covered_start_ns
+    FROM waits w ASOF LEFT JOIN covered a
+      ON a.run_id = w.run_id AND a.device_id = w.device_id AND a.u_start <= w.start_ns
+), hidden_end AS (
+    SELECT h.*, coalesce(b.before_ns + least(h.start_ns + h.wait_ns, b.u_end) - b.u_start, 0) AS covered_end_ns
+    FROM hidden h ASOF LEFT JOIN covered b
+      ON b.run_id = h.run_id AND b.device_id = h.device_id AND b.u_start <= h.start_ns + h.wait_ns
 )
-SELECT run_id, device_id, nvtx, comm_op, comm_id, message_bytes, seq, ranks, start_ns, end_ns, dur_ns, last_arrival_ns, late_device_id,
-       least(last_arrival_ns - start_ns, dur_ns) AS wait_ns, dur_ns - least(last_arrival_ns - start_ns, dur_ns)
-           AS transfer_ns
-FROM matched
+SELECT run_id, device_id, nvtx, comm_op, comm_id, message_bytes, seq, ranks, start_ns, end_ns, dur_ns, last_arrival_ns,
+       late_device_id, wait_ns, dur_ns - wait_ns AS transfer_ns,
+       (wait_ns - (covered_end_ns - covered_start_ns))::BIGINT AS exposed_wait_ns
+FROM hidden_end

@@ -24,7 +24,9 @@ from .executor import Executor
 # 2: every activity is a row (activity, kind), slowdowns carry intervals, significance is the interval's
 # 3: predictions with calibrated bands, memory_explanation, compute_lost_beside_comm_ms
 # 4: waits (time collectives waited for a late rank), verdicts' coverage shares and waits
-JSON_SCHEMA_VERSION = 5
+# 5: cache_evidence extra_traffic (traffic beyond the demand alone opens the lost-reuse model)
+# 6: exposed_wait_ms in waits and verdicts (the wait that no compute of the waiting device hid)
+JSON_SCHEMA_VERSION = 6
 FACTORS = ("sm", "dram_bw", "cache", "clock", "link")
 # the files Attribution.write puts in its folder, in the order they are uploaded (attribution.json last)
 OUT_FILES = ("kernels.parquet", "summary.parquet", "attribution.json")

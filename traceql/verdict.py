@@ -83,7 +83,8 @@ def verdicts(summary: pa.Table, kernels: pa.Table, waits: pa.Table | None = None
                  saved_ms=hidden - lost,
                  instances_left_out=skipped, **coverage(mine))
         w = waited.get((d["run_id"], d["device_id"]))
-        v.update(wait_ms=w["wait_ms"] if w else None, late_run_id=w["late_run_id"] if w else None,
+        v.update(wait_ms=w["wait_ms"] if w else None, exposed_wait_ms=w.get("exposed_wait_ms") if w else None,
+                 late_run_id=w["late_run_id"] if w else None,
                  late_device_id=w["late_device_id"] if w else None)
         out.append(v)
     by_device = {(v["run_id"], v["device_id"]): v for v in out}
@@ -117,4 +118,7 @@ def _sentence(v: dict, late: dict | None = None) -> str:
             text += (f", which was late; its compute lost {late['compute_lost_ms']:.3f} ms beside other GPU "
                      f"work{top}")
         text += "."
+        if v.get("exposed_wait_ms") is not None:
+            text += (f" {v['exposed_wait_ms']:.3f} ms of that wait had no compute of its own beside it; the rest was "
+                     "hidden under its compute.")
     return text
