@@ -28,18 +28,19 @@ WITH launches AS (
     SELECT l.*, c.start_ns AS latest_ns
     FROM launches l ASOF JOIN calls c
       ON c.run_id = l.run_id AND c.global_tid = l.global_tid AND c.start_ns <= l.t
-), enclosing AS (
+), open_latest AS (
     SELECT l.run_id, l.device_id, l.global_pid, l.correlation_id, l.start_ns, l.comm_op, c.start_ns AS c_start_ns,
            c.text, c.labels
     FROM latest l JOIN calls c
       ON c.run_id = l.run_id AND c.global_tid = l.global_tid AND c.start_ns = l.latest_ns AND l.t <= c.end_ns
+), enclosing AS (
+    SELECT * FROM open_latest
     UNION ALL
     -- the rest (the latest range closed before the launch): the ranges around it, by a range join over these alone
     SELECT l.run_id, l.device_id, l.global_pid, l.correlation_id, l.start_ns, l.comm_op, c.start_ns, c.text,
            c.labels
-    FROM (SELECT * FROM latest l WHERE NOT EXISTS (
-              SELECT 1 FROM calls c WHERE c.run_id = l.run_id AND c.global_tid = l.global_tid
-                                      AND c.start_ns = l.latest_ns AND l.t <= c.end_ns)) l
+    FROM (SELECT * FROM latest ANTI JOIN open_latest
+          USING (run_id, device_id, global_pid, correlation_id, start_ns)) l
     JOIN calls c ON c.run_id = l.run_id AND c.global_tid = l.global_tid AND c.start_ns <= l.t AND l.t <= c.end_ns
 )
 SELECT run_id, device_id, global_pid, correlation_id, start_ns, any_value(comm_op) AS comm_op,
