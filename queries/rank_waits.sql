@@ -28,8 +28,8 @@ WITH c AS (
     FROM by_late WHERE wait_ns > 0 GROUP BY ALL
 )
 SELECT s.run_id, s.device_id, s.nvtx, count(*) AS collectives, sum(s.wait_ns) / 1e6 AS wait_ms,
-       sum(s.transfer_ns) / 1e6 AS transfer_ms, sum(s.exposed_wait_ns) / 1e6 AS exposed_wait_ms, CASE WHEN any_value(t.late_device_id) IS NOT NULL THEN s.run_id END
-           AS late_run_id, any_value(t.late_device_id) AS late_device_id,
+       sum(s.transfer_ns) / 1e6 AS transfer_ms, sum(s.exposed_wait_ns) / 1e6 AS exposed_wait_ms,
+       CASE WHEN any_value(t.late_device_id) IS NOT NULL THEN s.run_id END AS late_run_id, any_value(t.late_device_id) AS late_device_id,
        any_value(t.late_wait_ns) / nullif(sum(s.wait_ns), 0) AS late_share
 FROM sets s LEFT JOIN top t ON t.run_id = s.run_id AND t.device_id = s.device_id AND t.nvtx IS NOT DISTINCT FROM s.nvtx
 GROUP BY s.run_id, s.device_id, s.nvtx

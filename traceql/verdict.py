@@ -82,10 +82,8 @@ def verdicts(summary: pa.Table, kernels: pa.Table, waits: pa.Table | None = None
                  compute_lost_hi_ms=hi, compute_lost_beside_comm_ms=comm_lost, lost_by_cause_ms=by_cause,
                  saved_ms=hidden - lost,
                  instances_left_out=skipped, **coverage(mine))
-        w = waited.get((d["run_id"], d["device_id"]))
-        v.update(wait_ms=w["wait_ms"] if w else None, exposed_wait_ms=w.get("exposed_wait_ms") if w else None,
-                 late_run_id=w["late_run_id"] if w else None,
-                 late_device_id=w["late_device_id"] if w else None)
+        w = waited.get((d["run_id"], d["device_id"]), {})
+        v.update({k: w.get(k) for k in ("wait_ms", "exposed_wait_ms", "late_run_id", "late_device_id")})
         out.append(v)
     by_device = {(v["run_id"], v["device_id"]): v for v in out}
     for v in out:
