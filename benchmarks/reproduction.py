@@ -28,8 +28,6 @@ H200X4 = ROOT / "tests/data/h200x4"
 # the 4-GPU runs beside the 2-GPU ones: the microbenchmark and the training programs with 4 ranks (the straggler run
 # has an overlapped mode only, so none of the paper's figures: tests/test_straggler.py reads it)
 H200X4_RUNS = ["overlap", "train_ddp", "train_fsdp2"]
-# 4-rank runs committed but not set beside their 2-rank ones, and why (said on the page): none now
-H200X4_LEFT_OUT: dict[str, str] = {}
 sys.path.insert(0, str(ROOT))
 
 from traceql.paper.figures import FIGURES, _size  # noqa: E402
@@ -729,14 +727,12 @@ def ranks_section(r2, r4, source2: str, source4: str) -> str:
         lines.append("- microbenchmark by collective, size and data type: " + "; ".join(per_group) + ".")
     text.append("\n".join(lines))
     names4 = {k[0] for k in c4}
-    only2 = sorted({c["run"] for k, c in c2.items() if k not in c4 and c["run"] not in H200X4_LEFT_OUT})
+    only2 = sorted({c["run"] for k, c in c2.items() if k not in c4})
     notes = []
     for run in only2:
         cfg = next(c["config"] or "" for c in c2.values() if c["run"] == run)
         why = TWO_ONLY.get(run) or next((v for k, v in TWO_ONLY.items() if k in cfg.split(";")), None)
         notes.append(f"`{run}` ({why})" if why else f"`{run}`")
-    for run, why in H200X4_LEFT_OUT.items():
-        text.append(f"`{run}` ran on 4 ranks too (`{source4}`) but is not beside its 2-rank runs here: {why}.")
     if notes:
         text.append("On 2 ranks only: " + ", ".join(notes) + "; their rows above have no 4-rank row beside them."
                     + (f" On 4 ranks only: {', '.join(f'`{n}`' for n in sorted(names4 - {k[0] for k in c2}))}."
