@@ -1,15 +1,8 @@
--- collective_waits: every collective of a run matched across the devices (ranks) that ran it, with each rank's
--- arrival, the last arrival, and the time the rank's NCCL kernel spent waiting for the late rank before any data
--- could move. A collective finishes on no rank before every rank has arrived, so a rank that arrives early waits
--- inside its kernel: wait = last arrival - own arrival (at most the kernel's duration); transfer = the rest.
--- Matching: the k-th collective of one kind (all_reduce, all_gather, reduce_scatter, broadcast, reduce,
--- all_to_all) of one communicator on each device of a run is the same operation, where every device that runs it
--- runs it the same number of times; otherwise it is not matched (point-to-point sends and receives never are). The
--- communicator comes from NCCL's NVTX payload (nccl_calls); without payloads, all collectives of a kind count as
--- one communicator's, and several communicators of one kind (tensor and data parallel groups) would be mismatched.
--- The devices of one run share its clock. The wait that no compute kernel of the rank's own hid (exposed) is what
--- waiting cost its GPU: the rest ran beside its compute (the union of its compute kernels: every kernel but
--- communication).
+-- collective_waits: every collective of a run matched across the devices (ranks) that ran it (_collective_arrivals:
+-- the matching rule and the wait), with each rank's arrival, the last arrival, the time the rank's NCCL kernel spent
+-- waiting for the late rank before any data could move, and the rest: its transfer. The wait that no compute kernel
+-- of the rank's own hid (exposed) is what waiting cost its GPU: the rest ran beside its compute (the union of its
+-- compute kernels: every kernel but communication).
 -- columns:
 --   run_id           VARCHAR  run
 --   device_id        INTEGER  physical GPU (the rank's device)
@@ -27,30 +20,10 @@
 --   wait_ns          BIGINT   time this rank waited for the last arrival inside its kernel (ns)
 --   transfer_ns      BIGINT   the rest of its kernel's time (ns)
 --   exposed_wait_ns  BIGINT   the part of its wait with no compute kernel of its device running (ns)
-WITH comm AS (
-    SELECT f.run_id, f.device_id, f.nvtx, k.comm_op, c.comm_id, c.message_bytes, f.start_ns, f.end_ns, f.dur_ns,
-           row_number() OVER (PARTITION BY f.run_id, f.device_id, c.comm_id, k.comm_op
-                              ORDER BY f.start_ns, f.activity_id) - 1 AS seq
-    FROM instance_facts f
-    JOIN kernels k ON k.run_id = f.run_id AND k.global_pid = f.global_pid AND k.correlation_id = f.correlation_id
-     AND k.device_id = f.device_id AND k.start_ns = f.start_ns
-    LEFT JOIN nccl_calls c ON c.run_id = f.run_id AND c.global_pid = f.global_pid
-     AND c.correlation_id = f.correlation_id AND c.start_ns = f.start_ns
-    WHERE f.activity = 'kernel' AND f.kind = 'comm'
-      AND k.comm_op IN ('all_reduce', 'all_gather', 'reduce_scatter', 'broadcast', 'reduce', 'all_to_all')
-), per_device AS (
-    SELECT run_id, comm_id, comm_op, device_id, count(*) AS n FROM comm GROUP BY ALL
-), kinds AS (
-    SELECT run_id, comm_id, comm_op, count(*) AS ranks FROM per_device GROUP BY ALL
-    HAVING min(n) = max(n) AND count(*) > 1
-), matched AS (
-    SELECT c.*, t.ranks, max(c.start_ns) OVER w AS last_arrival_ns,
-           arg_max(c.device_id, (c.start_ns, c.device_id)) OVER w AS late_device_id
-    FROM comm c JOIN kinds t ON t.run_id = c.run_id AND t.comm_id IS NOT DISTINCT FROM c.comm_id
-     AND t.comm_op = c.comm_op
-    WINDOW w AS (PARTITION BY c.run_id, c.comm_id, c.comm_op, c.seq)
-), waits AS (
-    SELECT *, least(last_arrival_ns - start_ns, dur_ns) AS wait_ns FROM matched
+WITH waits AS (
+    SELECT a.run_id, a.device_id, f.nvtx, a.comm_op, a.comm_id, a.message_bytes, a.seq, a.ranks, a.start_ns,
+           a.end_ns, a.dur_ns, a.last_arrival_ns, a.late_device_id, a.wait_ns
+    FROM _collective_arrivals a JOIN instance_facts f USING (run_id, activity_id)
 ), waiting AS (
     SELECT DISTINCT run_id, device_id FROM waits WHERE wait_ns > 0
 ), compute AS (

@@ -32,7 +32,8 @@
 --   device_id           INTEGER  physical GPU
 --   activity_id         BIGINT   activity (_activities)
 --   group_id            BIGINT   its group (_signature_stats)
---   observed            DOUBLE   its slowdown: dur_ns / t0_ns - 1 (for comparison only: no prediction reads it)
+--   observed            DOUBLE   its slowdown: work_ns / t0_ns - 1 (its duration; a collective that waited for another
+--                                rank: its transfer, _collective_arrivals; for comparison only: no prediction reads it)
 --   f                   DOUBLE   overlap fraction
 --   held_sms            DOUBLE   SMs co-running kernels held while overlapping it (capped at the SM count)
 --   free_sms            DOUBLE   SMs left to it
@@ -64,6 +65,7 @@
 --                                (traffic beyond the demand alone), or NULL
 WITH inst AS (
     SELECT i.run_id, i.device_id, i.activity_id, b.group_id, i.activity, i.activity_class, i.dur_ns, b.t0_ns,
+           coalesce(w.work_ns, i.dur_ns) AS work_ns,
            i.overlap_fraction AS f, i.comm_fraction, i.ctas, i.sm_count AS s_count,
            coalesce(n.ctas_per_sm, i.launch_occupancy) AS occ,
            least(coalesce(i.corunner_sms, 0), i.sm_count) AS held,
@@ -78,6 +80,8 @@ WITH inst AS (
     FROM instance_facts i JOIN _instance_baselines b USING (run_id, activity_id)
     -- the medians over the isolated instances of its pool (traceql.baselines)
     LEFT JOIN _signature_stats p ON p.group_id = b.group_id
+    -- a collective that waited for another rank is compared on its transfer, as its baseline is
+    LEFT JOIN _collective_arrivals w ON w.run_id = i.run_id AND w.activity_id = i.activity_id
     LEFT JOIN _ncu_demand n ON n.run_id = i.run_id AND n.device_id = i.device_id AND n.sig = i.sig
     LEFT JOIN _device_calibration c ON c.run_id = i.run_id AND c.device_id = i.device_id
     LEFT JOIN devices d ON d.run_id = i.run_id AND d.device_id = i.device_id
@@ -173,7 +177,7 @@ WITH inst AS (
         f * x_link / (1 + x_link - f * x_link) AS link_pt
     FROM in_overlap
 )
-SELECT run_id, device_id, activity_id, group_id, dur_ns / t0_ns - 1 AS observed, f, held AS held_sms,
+SELECT run_id, device_id, activity_id, group_id, work_ns / t0_ns - 1 AS observed, f, held AS held_sms,
        free AS free_sms, occ AS occupancy, memory_bound, r_v AS dram_iso_pct, r_c AS co_dram_pct, c_dram AS dram_pct,
        sat AS dram_sat_pct,
        (c_dram * dur_ns - (r_v * t0_ns + coalesce(r_c, 0) * f * t0_ns)) / nullif(r_v * t0_ns + coalesce(r_c, 0) * f

@@ -34,8 +34,10 @@
 --   t1_ns                DOUBLE   overlapped instances, median (ns)
 --   t1_lo_ns             DOUBLE   its 95% interval, lower bound (ns)
 --   t1_hi_ns             DOUBLE   its 95% interval, upper bound (ns)
---   sum_t1_ns            BIGINT   total duration of the overlapped instances (ns)
+--   sum_t1_ns            BIGINT   total time of the overlapped instances (ns; a collective that waited for another
+--                                 rank: its transfer)
 --   sum_t0_ns            DOUBLE   total baseline duration of the overlapped instances (ns)
+--   wait_excluded_ns     BIGINT   time its overlapped collectives waited for another rank, left out of sum_t1_ns (ns)
 --   slowdown             DOUBLE   t1/t0 - 1 (or the median per-instance ratio - 1 under a drifting baseline)
 --   slowdown_lo          DOUBLE   its 95% interval, lower bound (bootstrap of both medians; order statistics of the
 --                                 per-instance ratios under drift; for one overlapped instance, where it falls
@@ -199,7 +201,7 @@ WITH demand AS (
 )
 SELECT run_id, device_id, nvtx, group_id, activity, kind, name, short_name, grid, block, dynamic_smem_bytes, bytes,
        mode, split, n, n_overlapped, n_isolated, t0_ns, t0_lo_ns, t0_hi_ns, t0_spread, t1_ns, t1_lo_ns, t1_hi_ns,
-       sum_t1_ns, sum_t0_ns, s AS slowdown, slowdown_lo, slowdown_hi, baseline, baseline_drift, conflated,
+       sum_t1_ns, sum_t0_ns, wait_excluded_ns, s AS slowdown, slowdown_lo, slowdown_hi, baseline, baseline_drift, conflated,
        CASE WHEN f >= 0.2 AND s IS NOT NULL THEN 1 / ((1 / (1 + s) - (1 - f)) / f) - 1 END AS in_overlap_slowdown,
        overlap_fraction, comm_fraction, sm_share, comm_sm_share, corunner_kind, corunner_sms, occ AS occupancy,
        sm_predicted, coalesce(sig, false) AS significant, p AS predicted, p_lo AS predicted_lo, p_hi AS predicted_hi,

@@ -30,8 +30,10 @@
 --   t1_ns               DOUBLE   median duration of the overlapped instances (ns)
 --   t1_lo_ns            DOUBLE   its 95% interval, lower bound (ns)
 --   t1_hi_ns            DOUBLE   its 95% interval, upper bound (ns)
---   sum_t1_ns           BIGINT   total duration of the overlapped instances (ns)
+--   sum_t1_ns           BIGINT   total time of the overlapped instances (ns; a collective that waited for another
+--                                rank: its transfer)
 --   sum_t0_ns           DOUBLE   total baseline duration of the overlapped instances (ns)
+--   wait_excluded_ns    BIGINT   time its overlapped collectives waited for another rank, left out of sum_t1_ns (ns)
 --   slowdown            DOUBLE   t1/t0 - 1 (or the median per-instance ratio under a drifting baseline)
 --   slowdown_lo         DOUBLE   its 95% interval, lower bound
 --   slowdown_hi         DOUBLE   its 95% interval, upper bound
@@ -65,8 +67,11 @@
 -- instances) are SQL's median of instance_facts' columns, taken by traceql.baselines (_signature_stats), which holds
 -- each pool's instances already: here they would hold every instance's values at once.
 WITH inst AS (
-    SELECT i.*, b.group_id, b.pool_id, b.t0_ns AS t0_inst, i.overlap_ns > 0 AS ovl
+    -- a collective that waited for another rank counts its transfer (_collective_arrivals), as its baseline does
+    SELECT i.*, coalesce(c.work_ns, i.dur_ns) AS work_ns, b.group_id, b.pool_id, b.t0_ns AS t0_inst,
+           i.overlap_ns > 0 AS ovl
     FROM instance_facts i JOIN _instance_baselines b USING (run_id, activity_id)
+    LEFT JOIN _collective_arrivals c USING (run_id, activity_id)
 ), agg AS (
     -- the weighted sums are exact (fixed point: 1e-6 of a unit; bytes x ns, up to 1e23, whole), so they do not
     -- depend on the order in which parallel threads add them, without buffering and sorting each group's values
@@ -74,7 +79,8 @@ WITH inst AS (
            any_value(short_name) AS short_name, any_value(grid) AS grid, any_value(block) AS block,
            any_value(dynamic_smem_bytes) AS dynamic_smem_bytes, any_value(bytes) AS bytes, any_value(ctas) AS ctas,
            any_value(sm_count) AS sm_count, any_value(launch_occupancy) AS occupancy,
-           sum(dur_ns) FILTER (ovl)::BIGINT AS sum_t1_ns,
+           sum(work_ns) FILTER (ovl)::BIGINT AS sum_t1_ns,
+           sum(dur_ns - work_ns) FILTER (ovl)::BIGINT AS wait_excluded_ns,
            (sum((t0_inst)::DECIMAL(38, 6)) FILTER (ovl))::DOUBLE AS sum_t0_ns,
            sum(overlap_ns) FILTER (ovl) / sum(dur_ns) FILTER (ovl) AS overlap_fraction,
            sum(comm_overlap_ns) FILTER (ovl) / sum(dur_ns) FILTER (ovl) AS comm_fraction,
@@ -91,7 +97,7 @@ WITH inst AS (
 )
 SELECT s.run_id, s.device_id, s.group_id, s.nvtx, a.activity, a.kind, a.name, a.short_name, a.grid, a.block,
        a.dynamic_smem_bytes, a.bytes, s.mode, s.split, a.ctas, a.occupancy, a.sm_count, s.n, s.n_overlapped, s.n_isolated, s.t0_ns, s.t0_lo_ns, s.t0_hi_ns, s.t0_spread, s.t1_ns,
-       s.t1_lo_ns, s.t1_hi_ns, a.sum_t1_ns, a.sum_t0_ns, s.slowdown, s.slowdown_lo, s.slowdown_hi,
+       s.t1_lo_ns, s.t1_hi_ns, a.sum_t1_ns, a.sum_t0_ns, a.wait_excluded_ns, s.slowdown, s.slowdown_lo, s.slowdown_hi,
        s.significant AS significant_stat, s.baseline, s.baseline_drift, s.drift, s.conflated, s.note,
        a.overlap_fraction, a.comm_fraction,
        CASE WHEN coalesce(a.comm_ov, 0) + coalesce(a.compute_ov, 0) + coalesce(a.copy_ov, 0) = 0 THEN NULL

@@ -623,7 +623,8 @@ KERNEL_KEYS = {"run_id", "device_id", "nvtx", "group_id", "activity", "kind", "b
                "extra_bytes_frac", "footprint", "clock_power", "predicted_band", "memory_explanation",
                # Nsight Compute witnesses (tests/test_attribute_ncu.py)
                "occupancy_source", "launch_occupancy", "ncu_match", "ncu_ctas_per_sm", "ncu_dram_pct", "ncu_l2_hit_pct",
-               "ncu_working_set_bytes", "co_working_set_bytes", "l2_bytes", "cache_evidence"}
+               "ncu_working_set_bytes", "co_working_set_bytes", "l2_bytes", "cache_evidence",
+               "wait_excluded_ns"}
 
 
 VERDICT_KEYS = {"run_id", "device_id", "compute_ms", "comm_ms", "hidden_comm_ms", "exposed_comm_ms", "compute_lost_ms",
@@ -637,7 +638,7 @@ def test_json_contract(result_a):
     json.dumps(doc)  # plain JSON types only
     assert set(doc) == {"schema_version", "runs", "summary", "kernels", "notes", "verdicts", "waits"}
     assert [v["device_id"] for v in doc["verdicts"]] == [0] and "saved" in doc["verdicts"][0]["text"]
-    assert doc["schema_version"] == 6
+    assert doc["schema_version"] == 7
     [v] = doc["verdicts"]
     # the one overlapped compute row got a cause (sm): all of the overlapped compute time is answered; one device
     # runs no collective another device could be late for
@@ -759,7 +760,7 @@ def test_cli_json(store_a):
     rc, out, err = run_cli("attribute", store_a, "--format", "json")
     assert rc == 0, err
     doc = json.loads(out)
-    assert doc["schema_version"] == 6 and doc["kernels"][0]["name"] == "gemm_A"
+    assert doc["schema_version"] == 7 and doc["kernels"][0]["name"] == "gemm_A"
     # SM predicts 0.25 -/+ 0.1739 of the observed 0.5: the one present factor misses its band and is still named
     assert doc["kernels"][0]["class"] == "sm" and doc["kernels"][0]["agreement"] == "under"
 

@@ -25,9 +25,11 @@ from __future__ import annotations
 
 import json
 import lzma
+import re
 from pathlib import Path
 
 import numpy as np
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 from conftest import DATA
@@ -268,14 +270,28 @@ def test_dask_recipe_summary_equals_local_attribute(local):
 def test_dask_recipe_kernels_equal_local_attribute_but_for_the_metrics(local):
     """Expected before comparing: the same 646 rows in the same order; every column equal but those read from GPU
     metrics. Found: those 52 columns equal; of the 38 METRIC_COLUMNS, 34 differ, and 4 agree because they are constant
-    here (``link``, ``link_lo``, ``link_hi``: 0 or NULL in every row; ``pcie_pct_ovl``: 1.0 or NULL)."""
+    here (``link``, ``link_lo``, ``link_hi``: 0 or NULL in every row; ``pcie_pct_ovl``: 1.0 or NULL).
+
+    The recipe ran under JSON schema 5. Schema 7 times a collective matched across ranks on its transfer (its wait
+    for the last rank left out), so the communication rows change: 48 recorded, 41 now (duration modes that were
+    waits are one), 14 of them with waits left out (``wait_excluded_ns``, a column schema 7 added), and group ids,
+    numbered with them, differ. The 598 other rows: as expected before."""
     theirs, ours = pq.read_table(DASK / "kernels.parquet"), pq.read_table(local / "kernels.parquet")
-    assert theirs.schema == ours.schema and theirs.num_rows == ours.num_rows == 646
-    differ = {c for c in theirs.column_names if c != "run_id" and not theirs.column(c).equals(ours.column(c))}
+    assert theirs.schema == ours.drop(["wait_excluded_ns"]).schema and theirs.num_rows == 646
+    assert pc.sum(pc.greater(ours.column("wait_excluded_ns"), 0)).as_py() == 14
+
+    def kind(table, comm: bool):
+        return table.filter(pc.equal(table.column("kind"), "comm") if comm else pc.not_equal(table.column("kind"),
+                                                                                             "comm"))
+    assert (kind(theirs, True).num_rows, kind(ours, True).num_rows) == (48, 41)
+    theirs, ours = kind(theirs, False), kind(ours, False)
+    assert theirs.num_rows == ours.num_rows == 598
+    differ = {c for c in theirs.column_names if c not in ("run_id", "group_id")
+              and not theirs.column(c).equals(ours.column(c))}
     assert differ <= METRIC_COLUMNS, differ - METRIC_COLUMNS
-    kept = [c for c in theirs.column_names if c != "run_id" and c not in METRIC_COLUMNS]
-    assert len(kept) == 52 and theirs.select(kept).equals(ours.select(kept))
-    assert {"dram_pct_iso", "sm_active_pct_iso", "gpc_clock_mhz_iso", "class"} <= differ and len(differ) == 34
+    kept = [c for c in theirs.column_names if c not in ("run_id", "group_id") and c not in METRIC_COLUMNS]
+    assert len(kept) == 51 and theirs.select(kept).equals(ours.select(kept))
+    assert {"dram_pct_iso", "sm_active_pct_iso", "gpc_clock_mhz_iso", "class"} <= differ
 
 
 def test_dask_recipe_attribution_json_equals_local_attribute_but_for_the_metrics(local):
@@ -288,13 +304,18 @@ def test_dask_recipe_attribution_json_equals_local_attribute_but_for_the_metrics
     assert json.loads((DASK / "failed.json").read_text()) == {}
     assert [r["run_id"] for r in theirs["runs"]] == ["818d89c1372758d4"]
     assert theirs["runs"][0]["format"] == "nsys-rep" and ours["runs"][0]["format"] == "nsys-sqlite"
-    assert theirs["notes"] == ours["notes"] and len(theirs["notes"]) == 2
+    # the same notes, but for their times: schema 7 counts collectives' transfer, not their waits for other ranks
+    assert len(theirs["notes"]) == len(ours["notes"]) == 2
+    times = [[re.sub(r"\(([\d.]+) ms\)", "(t)", n) for n in doc["notes"]] for doc in (theirs, ours)]
+    assert times[0] == times[1] and times[0][0].startswith("64 overlapped instances (t) in 12 signature group(s)")
+    conflated = [re.search(r"\(([\d.]+) ms\)", doc["notes"][0]) for doc in (theirs, ours)]
+    assert float(conflated[0][1]) == 61.881 and float(conflated[1][1]) == 14.196
 
     def without(rows: list[dict], keys: set[str]) -> list[dict]:
         return [{k: v for k, v in r.items() if k not in keys} for r in rows]
 
     ids = {"run_id", "late_run_id"}
-    # the recipe's output was recorded under JSON schema 5: the keys schema 6 added are not in it
+    # the recipe's output was recorded under JSON schema 5: the keys schemas 6 and 7 added are not in it
     assert theirs["schema_version"] == 5
     added = {"exposed_wait_ms"}
     assert without(theirs["waits"], ids) == without(ours["waits"], ids | added) and len(ours["waits"]) == 4

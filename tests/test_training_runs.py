@@ -172,3 +172,44 @@ def test_nccl_calls_take_the_innermost_open_range_on_the_launching_thread():
     assert len(want) > 300 and any(len([r for r in ranges if r[0] == tid and r[1] <= t <= r[2]]) > 1
                                    for _, tid, t in launches)
     assert got == want
+
+
+def test_collectives_are_compared_on_their_transfer(tmp_path):
+    """A collective that waited for another rank is compared on its transfer (duration less its wait), in its baseline
+    and its overlapped instances: on 4-rank FSDP2 (tests/data/h200x4), each communication row's t1 is the median of
+    its overlapped instances' transfers and t0 the median of its pool's isolated ones, and `wait_excluded_ns` is what
+    its overlapped durations held beyond `sum_t1_ns`. Expected before running: the waits are large there (a rank
+    arrives up to milliseconds before the last), so medians of durations and of transfers differ, and the rows whose
+    duration modes were waits are no longer conflated."""
+    from h200x2 import build_store
+
+    data = Path(__file__).parent / "data" / "h200x4"
+    con = duckdb.connect()
+    attribute(build_store(tmp_path / "s", ["train_fsdp2"], data=data), con=con, group_by_nvtx=GLOB)
+    rows = con.sql("""
+        WITH inst AS (
+            SELECT b.group_id, b.pool_id, f.overlap_ns > 0 AS ovl, f.dur_ns,
+                   CASE WHEN w.dur_ns - w.wait_ns > 0 THEN w.dur_ns - w.wait_ns ELSE f.dur_ns END AS transfer_ns
+            FROM instance_facts f JOIN _instance_baselines b USING (run_id, activity_id)
+            LEFT JOIN collective_waits w USING (run_id, device_id, start_ns)
+            WHERE f.kind = 'comm' AND f.activity = 'kernel'
+        ), pools AS (
+            SELECT pool_id, median(transfer_ns) FILTER (NOT ovl) AS t0, median(dur_ns) FILTER (NOT ovl) AS t0_dur
+            FROM inst GROUP BY pool_id
+        )
+        SELECT k.baseline, k.t1_ns, k.t0_ns, k.sum_t1_ns, k.wait_excluded_ns, k.conflated,
+               median(i.transfer_ns) FILTER (i.ovl), median(i.dur_ns) FILTER (i.ovl),
+               sum(i.dur_ns) FILTER (i.ovl), any_value(p.t0), any_value(p.t0_dur)
+        FROM kernel_attribution k JOIN inst i USING (group_id) JOIN pools p USING (pool_id)
+        WHERE k.kind = 'comm' AND k.n_overlapped > 0
+        GROUP BY ALL""").fetchall()
+    con.close()
+    pooled = [r for r in rows if r[0] == "isolated"]  # the others: the nearest isolated instances in time
+    assert len(rows) > 30 and len(pooled) > 5
+    for _, t1, _, sum_t1, excluded, _, t1_transfer, _, sum_dur, _, _ in rows:
+        assert t1 == pytest.approx(t1_transfer) and sum_t1 + excluded == sum_dur
+    assert all(t0 == pytest.approx(t0_transfer) for _, _, t0, *_, t0_transfer, _ in pooled)
+    # the comparison can fail: durations and transfers give other medians on most rows
+    assert sum(r[7] != pytest.approx(r[6]) for r in rows) > len(rows) / 2
+    assert sum(r[10] != pytest.approx(r[9]) for r in pooled) > len(pooled) / 2
+    assert not any(r[5] for r in rows)

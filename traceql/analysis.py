@@ -19,10 +19,11 @@ from .engine import medians
 from .queries_loader import materialize
 
 # computed once, upstream first: each is read by several views downstream; the engine's stages replace theirs.
+# _collective_arrivals gives the baselines a collective's transfer time (its duration less its wait for other ranks).
 # devices and _ncu_demand are small but read by many views: over a store of many runs each read opens a file per run;
 # _kernel_sigs is one scan of every kernel, which ncu_match (_ncu_demand) and signatures (_signatures) both read
 UPSTREAM = ("devices", "_kernel_sigs", "_ncu_demand", "_activity_rows", "_signatures", "_activity_occurrence",
-            "_activity_groups", "_instance_sweeps", "_instance_facts")
+            "_activity_groups", "_instance_sweeps", "_instance_facts", "_collective_arrivals")
 # the reference SQL of the engine's stages, computed once when prepare(sweeps="sql")
 SQL_STAGES = {"_instance_sweeps": ("_activity_steps", "_instance_overlap", "_device_unions", "_metric_samples",
                                    "_instance_metrics", "_activity_dram", "_corunner_dram", "_instance_sweeps")}

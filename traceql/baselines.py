@@ -142,7 +142,7 @@ def instances(con: duckdb.DuckDBPyConnection, external: External | None, gpu_nam
     activity: each device's rows together, in time order), so the scan is not sorted; each device's rows are put in
     signature order by a stable sort instead, which keeps a signature's rows in time order: the same order.
     """
-    text = _Texts()
+    text = _Texts(_waits(con))
     if ordered:
         facts = _by_signature(_cut(con.sql(f"SELECT {FACT_COLUMNS} FROM _instance_facts")
                                    .to_arrow_reader(FACT_BATCH_ROWS), ("run", "dev"), text))
@@ -294,13 +294,35 @@ def _joined(parts: list[dict]) -> dict:
     return parts[0] if len(parts) == 1 else {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
 
 
+def _waits(con: duckdb.DuckDBPyConnection) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per run, the collectives that waited for another rank (``_collective_arrivals``): their activity ids, sorted,
+    and the wait each is compared without (duration - work_ns). Empty where the view is not there (a connection
+    prepared by an older chain of views)."""
+    try:
+        table = con.sql("SELECT run_id, activity_id, dur_ns - work_ns AS wait_ns FROM _collective_arrivals "
+                        "WHERE work_ns < dur_ns ORDER BY run_id, activity_id").to_arrow_table()
+    except duckdb.CatalogException:
+        return {}
+    out = {}
+    runs = table.column("run_id").to_pylist()
+    ids = table.column("activity_id").to_numpy()
+    waits = table.column("wait_ns").to_numpy().astype(np.float64)
+    bounds = [0, *(i for i in range(1, len(runs)) if runs[i] != runs[i - 1]), len(runs)]
+    for a, b in zip(bounds[:-1], bounds[1:], strict=True):
+        if b > a:
+            out[runs[a]] = (ids[a:b], waits[a:b])
+    return out
+
+
 class _Texts:
     """Text columns (run ids, NVTX texts) as codes into one list of names, the same across batches: a code is
-    taken and compared as an integer, and a name made a Python string once; -1 is NULL."""
+    taken and compared as an integer, and a name made a Python string once; -1 is NULL. ``waits``: per run, the
+    collectives' waits for other ranks (:func:`_waits`), which their facts' durations are read without."""
 
-    def __init__(self):
+    def __init__(self, waits: dict[str, tuple[np.ndarray, np.ndarray]] | None = None):
         self.names: list[str] = []
         self._codes: dict[str, int] = {}
+        self.waits = waits or {}
 
     def codes(self, column: pa.ChunkedArray | pa.Array) -> np.ndarray:
         enc = pc.dictionary_encode(column)
@@ -323,7 +345,7 @@ def _fact_columns(batch: pa.RecordBatch, text: _Texts) -> dict:
     def numbers(name: str, fill: int, dtype) -> np.ndarray:
         return np.asarray(pc.fill_null(facts[name], fill).to_numpy(zero_copy_only=False), dtype=dtype)
 
-    return {
+    f = {
         "run": text.codes(facts["run_id"]), "dev": numbers("device_id", 0, np.int64),
         "nvtx": text.codes(facts["nvtx"]), "sig": numbers("sig", 0, np.uint64),
         "occ": numbers("occurrence", -1, np.int64), "text": text.codes(facts["step_text"]),
@@ -334,6 +356,21 @@ def _fact_columns(batch: pa.RecordBatch, text: _Texts) -> dict:
         **{m: numbers(m, np.nan, np.float64) for m in RATES},
         **{f"has_{m}": pc.is_valid(facts[m]).to_numpy(zero_copy_only=False) for m in RATES},
     }
+    if text.waits:
+        _less_waits(f, text)
+    return f
+
+
+def _less_waits(f: dict, text: _Texts) -> None:
+    """A collective that waited for another rank is compared on its transfer: its duration less that wait."""
+    for code in np.unique(f["run"]).tolist():
+        if code < 0 or (found := text.waits.get(text.names[code])) is None:
+            continue
+        ids, waits = found
+        rows = np.flatnonzero(f["run"] == code)
+        at = np.minimum(np.searchsorted(ids, f["activity_id"][rows]), len(ids) - 1)
+        hit = ids[at] == f["activity_id"][rows]
+        f["dur"][rows[hit]] -= waits[at[hit]]
 
 
 def _medians(f: dict, idx: np.ndarray, rates: tuple[str, ...], suffix: str) -> dict:
