@@ -1,4 +1,4 @@
-"""Calibration data for the baseline constants of traceql.baselines, from the bundled real traces.
+"""Calibration data for the baseline constants of traceql.attribution.baselines, from the bundled real traces.
 
 Within one case range of the known-cause and contention traces (`case:...`: the same work by construction), the
 isolated durations of a signature are one kind of work, so their largest gap between consecutive sorted values
@@ -17,7 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from traceql import baselines, stats, store
+from traceql import stats, store
+from traceql.attribution import baselines
 from traceql.ingest import ingest
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,5 +1,5 @@
 -- _activity_groups: the NVTX group of each activity; empty unless attribution is asked to group by NVTX
--- (traceql.analysis.group_by_nvtx then replaces this view with the innermost matching range of the user's around
+-- (traceql.attribution.group_by_nvtx then replaces this view with the innermost matching range of the user's around
 -- each launch, by the launch rule of traceql.launch).
 -- columns:
 --   run_id          VARCHAR  run

@@ -1,5 +1,5 @@
 -- _device_unions: per device, how long compute kernels, communication and both were running (interval unions).
--- Reference SQL: traceql.analysis.prepare replaces it with the engine's exact sweep (traceql/engine).
+-- Reference SQL: traceql.attribution.prepare replaces it with the engine's exact sweep (traceql/engine).
 -- columns:
 --   run_id      VARCHAR  run
 --   device_id   INTEGER  physical GPU

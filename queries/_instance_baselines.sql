@@ -1,6 +1,6 @@
 -- _instance_baselines: per activity, the group it is compared within and its baseline duration. Computed by
--- traceql.baselines (attribute, report and `traceql sql` compute it before reading the views that need it; from
--- Python, traceql.analysis.prepare(con)); empty until then.
+-- traceql.attribution.baselines (attribute, report and `traceql sql` compute it before reading the views that need it; from
+-- Python, traceql.attribution.prepare(con)); empty until then.
 -- columns:
 --   run_id       VARCHAR  run
 --   activity_id  BIGINT   activity (_activities)

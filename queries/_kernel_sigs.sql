@@ -1,6 +1,6 @@
 -- _kernel_sigs: the kernels of each signature id on each device: one row per (run, device, sig), with the name and
 -- launch shape the id stands for and the number of launches. The rows of one sig have the same name and shape (the id
--- is a hash of them), so each is read from one row. signatures and ncu_match read it: analysis.prepare computes it
+-- is a hash of them), so each is read from one row. signatures and ncu_match read it: attribution.prepare computes it
 -- once, in one scan of the kernels.
 -- columns:
 --   run_id              VARCHAR  run

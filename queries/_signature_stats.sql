@@ -1,4 +1,4 @@
--- _signature_stats: per (sub-)signature group, baseline and overlapped durations with intervals (traceql.baselines;
+-- _signature_stats: per (sub-)signature group, baseline and overlapped durations with intervals (traceql.attribution.baselines;
 -- empty until computed, see _instance_baselines).
 -- columns:
 --   group_id       BIGINT   group

@@ -78,7 +78,7 @@ WITH inst AS (
            k.sm_band, CASE WHEN i.activity = 'kernel' THEN k.dram_bw_band ELSE k.dram_bw_copy_band END AS dram_bw_band,
            k.cache_band, k.clock_band, k.link_band, k.cache_in_overlap
     FROM instance_facts i JOIN _instance_baselines b USING (run_id, activity_id)
-    -- the medians over the isolated instances of its pool (traceql.baselines)
+    -- the medians over the isolated instances of its pool (traceql.attribution.baselines)
     LEFT JOIN _signature_stats p ON p.group_id = b.group_id
     -- a collective that waited for another rank is compared on its transfer, as its baseline is
     LEFT JOIN _collective_arrivals w ON w.run_id = i.run_id AND w.activity_id = i.activity_id

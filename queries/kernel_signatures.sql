@@ -64,7 +64,7 @@
 --   co_dram_pct         DOUBLE   co-runners' isolated DRAM rate while overlapping (% of peak), time average
 --   co_working_set_bytes DOUBLE  profiled co-runners' working sets while overlapping (bytes), time average
 -- The medians of the rates (*_iso over the isolated instances of the group's pool, *_ovl over its overlapped
--- instances) are SQL's median of instance_facts' columns, taken by traceql.baselines (_signature_stats), which holds
+-- instances) are SQL's median of instance_facts' columns, taken by traceql.attribution.baselines (_signature_stats), which holds
 -- each pool's instances already: here they would hold every instance's values at once.
 WITH inst AS (
     -- a collective that waited for another rank counts its transfer (_collective_arrivals), as its baseline does

@@ -18,7 +18,7 @@ import pytest
 from conftest import without_digests
 from synthetic import NCCL_NAME, launches, make_store
 
-from traceql import analysis, store
+from traceql import attribution, store
 from traceql.attribute import attribute
 from traceql.classify import classify_names
 from traceql.store import schema
@@ -253,8 +253,8 @@ def test_output_is_deterministic(tmp_path, contention_parquet_run, train_ddp_run
 
 def test_sql_command_prepares_baselines(contention_parquet_run):
     con = store.connect(contention_parquet_run)
-    assert analysis.needs_prepare("SELECT * FROM kernel_attribution")
-    assert not analysis.needs_prepare("SELECT * FROM kernels")
-    analysis.prepare(con)
+    assert attribution.needs_prepare("SELECT * FROM kernel_attribution")
+    assert not attribution.needs_prepare("SELECT * FROM kernels")
+    attribution.prepare(con)
     n = con.sql("SELECT count(*) FROM kernel_attribution WHERE activity = 'memcpy'").fetchall()[0][0]
     assert n > 0

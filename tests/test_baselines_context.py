@@ -7,7 +7,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from traceql import baselines
+from traceql.attribution import baselines
 
 
 def _reference(idx, iso, f):

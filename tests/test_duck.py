@@ -32,20 +32,20 @@ def test_memory_limit_is_applied_and_gives_the_same_attribution(train_ddp_run, m
     a real DDP trace under a 64 MB cap is the same as without one; under 4 MB the command says it ran out of memory
     and what to do, with exit status 2 and no traceback."""
     import traceql
-    from traceql import analysis
+    from traceql import attribution
     from traceql.cli import main
 
-    def attribution() -> tuple[list, str]:
+    def attributed() -> tuple[list, str]:
         con = traceql.connect(train_ddp_run)
-        analysis.prepare(con)
+        attribution.prepare(con)
         rows = con.sql("SELECT * FROM kernel_attribution ORDER BY ALL").fetchall()
         limit = con.sql("SELECT current_setting('memory_limit')").fetchall()[0][0]
         con.close()
         return rows, limit
 
-    free, default = attribution()
+    free, default = attributed()
     monkeypatch.setenv("TRACEQL_MEMORY_LIMIT", "64MB")
-    capped, limit = attribution()
+    capped, limit = attributed()
     assert capped == free and len(free) > 10
     assert limit != default and limit.startswith("61.")  # 64 MB is 61.0 MiB, as DuckDB shows it
 
@@ -73,10 +73,10 @@ def test_prepared_tables_are_seen_by_cursors(train_ddp_run):
     its own cursor only): a cursor, as a notebook thread would use, reads the same rows of the public views, the
     uncompressed instance facts among them (a real DDP trace)."""
     import traceql
-    from traceql import analysis
+    from traceql import attribution
 
     con = traceql.connect(train_ddp_run)
-    analysis.prepare(con)
+    attribution.prepare(con)
     cur = con.cursor()
     for view in ("instance_facts", "kernel_signatures", "kernel_attribution", "device_summary", "instance_predictions"):
         mine = con.sql(f"SELECT * FROM {view} ORDER BY ALL").fetchall()
@@ -206,11 +206,11 @@ def test_prepare_leaves_one_file_per_connection(train_ddp_run, monkeypatch):
     import gc
 
     import traceql
-    from traceql import analysis, duck
+    from traceql import attribution, duck
 
     monkeypatch.setattr(duck, "FILE_MIN_ROWS", 1)
     con = traceql.connect(train_ddp_run)
-    analysis.prepare(con)
+    attribution.prepare(con)
     folder = duck._con_folder(con)
     names = os.listdir(folder)
     assert len(names) == 1 and names[0].startswith("_materialized__instance_parts-")

@@ -20,7 +20,7 @@ from synthetic import make_store
 from test_intervals_property import KINDS, S, _reference, activity
 
 import traceql
-from traceql import analysis, duck, engine, launch
+from traceql import attribution, duck, engine, launch
 from traceql.engine import SWEPT, sweeps
 
 
@@ -56,7 +56,7 @@ TABLES = {
 
 def _rows(run, sweeps_mode: str) -> dict[str, list[tuple]]:
     con = traceql.connect(run)
-    analysis.prepare(con, sweeps=sweeps_mode)
+    attribution.prepare(con, sweeps=sweeps_mode)
     out = {table: _table_rows(con, table) for table in TABLES}
     con.close()
     return out
@@ -213,7 +213,7 @@ def test_attribution_is_the_same_bits_whatever_the_threads(h200x2_store):
         con = traceql.connect(h200x2_store)
         if threads:
             con.execute(f"SET threads = {threads}")
-        analysis.prepare(con)
+        attribution.prepare(con)
         out = {v: con.sql(f"SELECT * FROM {v} ORDER BY ALL").fetchall()
                for v in ("kernel_signatures", "kernel_attribution", "device_summary", "_signature_stats")}
         con.close()
@@ -241,12 +241,12 @@ def test_baselines_medians_are_sqls_medians_known_cause(known_cause_run):
 
 
 def _assert_sql_medians(run, nvtx: str | None = None) -> None:
-    from traceql.baselines import ISO_MEDIANS, OVL_MEDIANS
+    from traceql.attribution.baselines import ISO_MEDIANS, OVL_MEDIANS
 
     con = traceql.connect(run)
     if nvtx:
-        analysis.group_by_nvtx(con, nvtx)
-    analysis.prepare(con)
+        attribution.group_by_nvtx(con, nvtx)
+    attribution.prepare(con)
     iso = ", ".join(f"median({m}) FILTER (overlap_ns = 0 AND dur_ns > 0) OVER (PARTITION BY pool_id)"
                     for m in ISO_MEDIANS)
     ovl = ", ".join(f"median({m}) FILTER (overlap_ns > 0) OVER (PARTITION BY group_id)" for m in OVL_MEDIANS)
@@ -320,9 +320,9 @@ def test_occurrence_engine_equals_reference_sql(tmp_path_factory, scope, window,
     for mode in ("engine", "sql"):
         con = traceql.connect(root)
         launch.set_rule(con, scope, ["mine"])
-        analysis.group_by_nvtx(con, "[sb]*")  # the innermost range whose text matches, as --group-by-nvtx asks
+        attribution.group_by_nvtx(con, "[sb]*")  # the innermost range whose text matches, as --group-by-nvtx asks
         with mock.patch.object(engine, "WINDOW_ROWS", window or engine.WINDOW_ROWS):
-            analysis.prepare(con, sweeps=mode)
+            attribution.prepare(con, sweeps=mode)
         got[mode] = (con.sql("SELECT activity_id, scope_id, step_start_ns, step_text, occurrence "
                              "FROM _activity_occurrence ORDER BY ALL").fetchall(),
                      con.sql("SELECT activity_id, nvtx, nvtx_start_ns, nvtx_end_ns FROM _activity_groups "
@@ -337,8 +337,8 @@ def test_nvtx_groups_engine_equals_reference_sql(train_ddp_run):
     got = {}
     for mode in ("engine", "sql"):
         con = traceql.connect(train_ddp_run)
-        analysis.group_by_nvtx(con, "*")
-        analysis.prepare(con, sweeps=mode)
+        attribution.group_by_nvtx(con, "*")
+        attribution.prepare(con, sweeps=mode)
         got[mode] = [con.sql(f"SELECT * FROM {v} ORDER BY ALL").fetchall()
                      for v in ("_activity_groups", "_signature_stats")]
         con.close()
@@ -349,11 +349,11 @@ def test_baselines_streamed_in_small_batches_equal_one_batch(train_ddp_run, monk
     """The baselines read the facts as a stream and cut it per signature, a signature's rows spanning batches, and
     append their instances to the table in pieces: with batches and pieces of 7 rows the two tables are those of one
     batch, both as computed and as registered for the views (a real DDP trace)."""
-    from traceql import baselines
+    from traceql.attribution import baselines
 
     def tables() -> tuple[list, list, list, list]:
         con = traceql.connect(train_ddp_run)
-        analysis.prepare(con)
+        attribution.prepare(con)
         inst, stats = baselines.compute(con)
         registered = [con.sql(f"SELECT * FROM {v} ORDER BY ALL").fetchall()
                       for v in ("_instance_baselines", "_signature_stats")]
@@ -373,10 +373,10 @@ def test_baselines_from_the_kept_order_equal_the_sorted_scan(h200x2_store, monke
     """After the engine, the baselines read the facts in the order they are kept (by run and activity) and sort each
     device's rows by signature themselves: the same tables as from a scan sorted by run, device, signature and time
     (four runs on 2 GPUs; also in batches of 7 rows, a device's rows spanning batches)."""
-    from traceql import baselines
+    from traceql.attribution import baselines
 
     con = traceql.connect(h200x2_store)
-    analysis.prepare(con)
+    attribution.prepare(con)
     monkeypatch.setattr(baselines, "FACT_BATCH_ROWS", batch_rows)
     kept = [t.to_pylist() for t in baselines.compute(con, ordered=True)]
     sorted_scan = [t.to_pylist() for t in baselines.compute(con)]
@@ -391,7 +391,7 @@ def test_a_connection_that_does_not_keep_order_gets_the_same_tables(h200x2_store
     whole = _rows(h200x2_store, "engine")
     con = traceql.connect(h200x2_store)
     con.execute("SET preserve_insertion_order = false")
-    analysis.prepare(con)
+    attribution.prepare(con)
     for table in TABLES:
         assert _table_rows(con, table) == whole[table], table
     con.close()
@@ -546,7 +546,7 @@ def test_group_medians_read_in_small_batches_equal_one_batch(h200x2_store, monke
 
     def table() -> list[tuple]:
         con = traceql.connect(h200x2_store)
-        analysis.prepare(con)
+        attribution.prepare(con)
         rows = _table_rows(con, "_group_predictions")
         con.close()
         return rows

@@ -101,9 +101,9 @@ def test_each_instance_takes_the_nvml_sample_at_its_midpoint(con):
     """instance_facts' power_w, NVML SM clock and throttle reasons are those of the device's latest sample at or
     before the instance's midpoint (none before the first sample), checked against a binary search in numpy on
     every instance of the real runs."""
-    from traceql import analysis
+    from traceql import attribution
 
-    analysis.prepare(con)
+    attribution.prepare(con)
     facts = con.sql("""SELECT run_id, device_id, (start_ns + end_ns) // 2 AS mid, power_w, nvml_sm_clock_mhz,
                               throttle_reasons FROM instance_facts""").fetchnumpy()
     power = con.sql("SELECT run_id, device_id, ts_ns, power_w, sm_clock_mhz, throttle_reasons FROM power "

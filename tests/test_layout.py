@@ -14,13 +14,12 @@ PACKAGE = Path(__file__).resolve().parent.parent / "traceql"
 
 # every module of the package is in exactly one layer; a module imports only modules of its layer or below
 LAYERS: list[tuple[str, ...]] = [
-    ("version", "errors", "output", "stats", "classify", "queries_loader", "executor", "gates", "verdict", "duck",
-     "stopping", "plain", "launch"),
+    ("version", "errors", "output", "stats", "classify", "queries_loader", "executor", "gates", "duck", "stopping",
+     "plain", "launch"),
     ("sources",),
     ("store",),
     ("engine", "ingest"),
-    ("analysis", "baselines", "attribution", "attribute_map", "attribute", "diff_model", "diff_match", "diff",
-     "paper", "overlap"),
+    ("attribution", "attribute_map", "attribute", "diff_model", "diff_match", "diff", "paper", "overlap"),
     ("report", "render", "render_diff", "sqlcmd", "collect", "perfetto"),
     ("cli", "__init__", "__main__"),
 ]

@@ -26,7 +26,7 @@ from conftest import H200, raw_query, read_ncu_report, run_cli
 
 import traceql
 from traceql import store
-from traceql.analysis import prepare
+from traceql.attribution import prepare
 from traceql.collect import NCU_EXCLUDE, NCU_METRICS, NCU_SECTIONS, ncu_command
 from traceql.errors import UsageError
 from traceql.queries_loader import bundled_dir, header_columns

@@ -35,7 +35,7 @@ import pytest
 from conftest import DATA
 
 import traceql
-from traceql import analysis
+from traceql import attribution
 from traceql.attribute import attribute
 from traceql.ingest import ingest_one
 
@@ -59,7 +59,7 @@ def run(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def con(run):
     c = traceql.connect(run)
-    analysis.prepare(c)  # instance_facts from the engine's sweeps, as attribute computes them (2 s, not minutes of SQL)
+    attribution.prepare(c)  # instance_facts from the engine, as attribute computes them (2 s, not minutes of SQL)
     yield c
     c.close()
 

@@ -197,7 +197,7 @@ def test_launch_ranges_are_matched_within_each_run(tmp_path, view):
     join of the plan on the launch scope also joins on the run."""
     from synthetic import launches, make_store
 
-    from traceql import analysis
+    from traceql import attribution
     from traceql.queries_loader import materialize
 
     root = tmp_path / "s"
@@ -209,7 +209,7 @@ def test_launch_ranges_are_matched_within_each_run(tmp_path, view):
     con = traceql.connect(root)
     materialize(con, ("_activity_rows",))  # as prepare() does: the planner then knows its size
     if view == "_activity_groups":
-        analysis.group_by_nvtx(con, "step*")
+        attribution.group_by_nvtx(con, "step*")
     plan = json.loads(con.sql(f"EXPLAIN (FORMAT JSON) SELECT count(*) FROM {view}").fetchall()[0][1])
 
     def conditions(node) -> list[str]:

@@ -131,11 +131,11 @@ def test_four_ranks_exposed_wait_is_the_wait_no_compute_hid(tmp_path):
 
     from conftest import intervals_intersection, merged_intervals
 
-    from traceql import analysis, store
+    from traceql import attribution, store
 
     con = store.connect(build_store(tmp_path / "run", ["train_ddp_straggler"], data=DATA4))
-    analysis.group_by_nvtx(con, "case:train*")
-    analysis.prepare(con)
+    attribution.group_by_nvtx(con, "case:train*")
+    attribution.prepare(con)
     compute = defaultdict(list)
     for dev, start, end in con.sql("SELECT device_id, start_ns, end_ns FROM kernels WHERE kind <> 'comm' "
                                    "AND end_ns > start_ns").fetchall():

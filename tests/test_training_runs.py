@@ -101,7 +101,7 @@ def test_nccl_payloads_name_each_collective(tmp_path):
     call, communicator and message size; collectives are matched per communicator; a larger message takes longer to
     transfer on every rank."""
     import traceql
-    from traceql import analysis
+    from traceql import attribution
 
     data = Path(__file__).parent / "data" / "h200x2_training" / "nccl_payload.sqlite.xz"
     traceql.ingest(data, tmp_path / "s")
@@ -111,7 +111,7 @@ def test_nccl_payloads_name_each_collective(tmp_path):
     assert [(d, b, n) for d, _, _, b, _, n in calls] == [(d, b, 3) for d in (0, 1) for b in (4 << 20, 16 << 20,
                                                                                              64 << 20)]
     assert {(c, r) for _, c, _, _, r, _ in calls} == {("ncclAllReduce", "Sum")} and len({c[2] for c in calls}) == 1
-    analysis.prepare(con)
+    attribution.prepare(con)
     waits = con.sql("SELECT device_id, message_bytes, count(*), median(transfer_ns) FROM collective_waits "
                     "GROUP BY ALL ORDER BY ALL").fetchall()
     assert [(d, b, n) for d, b, n, _ in waits] == [(d, b, 3) for d in (0, 1) for b in (4 << 20, 16 << 20, 64 << 20)]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from traceql.verdict import verdicts
+from traceql.attribution.verdict import verdicts
 
 
 def _row(cls: str, s: float, parts: dict, comm_fraction: float = 0.5, sum_t0_ns: float = 1e6) -> dict:

@@ -24,8 +24,9 @@ from pathlib import Path
 
 import duckdb
 
-from . import analysis, launch, store
-from .attribution import (  # noqa: F401  (FACTORS, KERNEL_COLUMNS, as_store, input_paths: this module's API too)
+from . import attribution, launch, store
+from .attribution.baselines import External
+from .attribution.result import (  # noqa: F401  (FACTORS, KERNEL_COLUMNS, as_store, input_paths: this module's API too)
     FACTORS,
     KERNEL_COLUMNS,
     KERNEL_ORDER,
@@ -44,12 +45,11 @@ from .attribution import (  # noqa: F401  (FACTORS, KERNEL_COLUMNS, as_store, in
     unattributed_notes,
     untested_notes,
 )
-from .baselines import External
+from .attribution.verdict import verdicts
 from .errors import BadInputError, MissingInputError, UsageError
 from .executor import Executor
 from .executor import parse as parse_executor
 from .output import same_path
-from .verdict import verdicts
 
 
 def attribute(inputs: list[str | Path] | str | Path, *, baseline: str | Path | None = None,
@@ -121,13 +121,13 @@ def attribute(inputs: list[str | Path] | str | Path, *, baseline: str | Path | N
         notes += ncu_notes(con)
         rule.apply(con)
         if group_by_nvtx:
-            analysis.group_by_nvtx(con, group_by_nvtx)
+            attribution.group_by_nvtx(con, group_by_nvtx)
         external = _external(con, Path(baseline) if baseline is not None else None, Path(workdir) / "baseline")
         if con.sql("SELECT count(*) FROM kernels WHERE kind = 'comm'").fetchall()[0][0] == 0 and \
                 con.sql("SELECT count(*) FROM memcpy WHERE is_peer").fetchall()[0][0] == 0:
             notes.append("no communication (NCCL kernels or peer copies) in the input: the results describe "
                          "overlap with other kernels and copies only")
-        analysis.prepare(con, external)
+        attribution.prepare(con, external)
         notes += unattributed_notes(con)
         where = "WHERE comm_fraction > 0" if focus == "comm" else ""
         kernels = con.sql(f"SELECT {KERNEL_COLUMNS} FROM kernel_attribution {where} ORDER BY {KERNEL_ORDER}") \

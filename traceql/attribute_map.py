@@ -16,8 +16,9 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from . import analysis, duck, launch, store
-from .attribution import (
+from . import attribution, duck, launch, store
+from .attribution.baselines import External
+from .attribution.result import (
     KERNEL_COLUMNS,
     KERNEL_ORDER,
     RUN_COLUMNS,
@@ -35,10 +36,9 @@ from .attribution import (
     unattributed_note,
     untested_notes,
 )
-from .baselines import External
+from .attribution.verdict import verdicts
 from .errors import BadInputError, TraceqlError
 from .executor import Executor, run_units
-from .verdict import verdicts
 
 NO_COMM_NOTE = ("no communication (NCCL kernels or peer copies) in the input: the results describe overlap with "
                 "other kernels and copies only")
@@ -82,8 +82,8 @@ def attribute_run(dirs: Sequence[Path], run_id: str, shared: Sequence[str], exte
                                          "WHERE match <> 'unmatched' ORDER BY 1").fetchall()] if facts else []
         rule.apply(con)
         if group_by_nvtx:
-            analysis.group_by_nvtx(con, group_by_nvtx)
-        analysis.prepare(con, external if external is not None else ncu_external(con))
+            attribution.group_by_nvtx(con, group_by_nvtx)
+        attribution.prepare(con, external if external is not None else ncu_external(con))
         where = "WHERE comm_fraction > 0" if focus == "comm" else ""
         kernels = con.sql(f"SELECT {KERNEL_COLUMNS} FROM kernel_attribution {where} "
                           f"ORDER BY {KERNEL_ORDER}").to_arrow_table()

@@ -285,7 +285,7 @@ def attribute(
 ) -> None:
     """Measure overlap and slowdown of every GPU activity beside other work, and name the contended resource."""
     from .attribute import attribute as do_attribute
-    from .attribution import OUT_FILES
+    from .attribution.result import OUT_FILES
     from .output import check_folder, refuse_overwrite
     from .render import render_attribution
     from .sources import urls

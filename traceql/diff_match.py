@@ -10,6 +10,7 @@ import numpy as np
 import pyarrow as pa
 
 from . import stats
+from .attribution.verdict import CAUSES, verdicts
 from .diff_model import (
     ABS_NOISE_NS,
     ATTR_FIELDS,
@@ -29,7 +30,6 @@ from .diff_model import (
     data_key,
 )
 from .errors import BadInputError, UsageError
-from .verdict import CAUSES, verdicts
 
 NAN = float("nan")
 
@@ -347,7 +347,7 @@ def _rows_of(side: Side, which: str) -> list[dict]:
 
 
 def lost_time(side: Side, run_id: str, device_id: int, in_steps: bool) -> dict:
-    """The attribution's lost compute time on one device (verdict.py's rule): ``step`` over its NVTX groups when
+    """The attribution's lost compute time on one device (the verdict's rule): ``step`` over its NVTX groups when
     in_steps (else the whole run), ``run`` over the whole run, with the baseline time the latter is counted against."""
     summary = [r for r in _rows_of(side, "summary")
                if r["run_id"] == run_id and r["device_id"] == device_id and r["nvtx"] is None]

@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from .attribution import Attribution
+from .attribution.result import Attribution
+from .attribution.verdict import CAUSES
 from .output import json_safe, replacing, unwritable
-from .verdict import CAUSES
 
 JSON_SCHEMA_VERSION = 1
 LEVEL = 0.95

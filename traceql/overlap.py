@@ -19,7 +19,7 @@ import duckdb
 import pyarrow as pa
 
 from . import duck, engine, store
-from .attribution import input_paths
+from .attribution.result import input_paths
 from .errors import BadInputError
 from .executor import parse as parse_executor
 from .ingest import DEFERRABLE, ingest, read_intervals

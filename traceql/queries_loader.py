@@ -154,7 +154,7 @@ def identifiers(sql: str) -> set[str]:
 
 # DuckDB expands a view at every reference, so a chain of views that each read the one before recomputes the whole
 # chain many times over; computing the shared ones once into temporary tables (and pointing the views at them)
-# makes a whole attribution seconds instead of minutes. traceql.analysis names them.
+# makes a whole attribution seconds instead of minutes. traceql.attribution names them.
 
 
 def materialize(con: duckdb.DuckDBPyConnection, views: tuple[str, ...], uncompressed: tuple[str, ...] = ()) -> None:

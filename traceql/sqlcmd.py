@@ -14,7 +14,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from . import duck, stopping
-from .analysis import needs_prepare, prepare
+from .attribution import needs_prepare, prepare
 from .errors import BadInputError, Interrupted, UsageError
 from .output import check_target, json_safe, replacing
 from .plain import cell

@@ -6,7 +6,7 @@ Each (run, device) is swept on its own, the devices of a store in parallel threa
 its sorts and cumulative sums).
 
 Replaced views, with their reference SQL kept in ``queries/`` (the same definitions, evaluated by DuckDB when
-a connection is queried without ``traceql.analysis.prepare``; ``tests/test_engine.py`` compares the two):
+a connection is queried without ``traceql.attribution.prepare``; ``tests/test_engine.py`` compares the two):
 
 - ``_activity_rows``: numbered as one sorted scan of ``_activity_list`` streams by, and kept in that order (by run
   and activity: each device's together, in time);
@@ -992,7 +992,7 @@ def _occurrence(con: duckdb.DuckDBPyConnection) -> None:
 
 
 def _groups(con: duckdb.DuckDBPyConnection) -> None:
-    """``_activity_groups`` when attribution groups by NVTX (``analysis.group_by_nvtx`` left the glob in
+    """``_activity_groups`` when attribution groups by NVTX (``attribution.group_by_nvtx`` left the glob in
     ``_nvtx_glob``): each launch's innermost range (``traceql.launch``) whose text matches the glob."""
     asked = con.sql("SELECT count(*) FROM duckdb_tables() WHERE table_name = '_nvtx_glob'").fetchall()[0][0]
     if not asked:

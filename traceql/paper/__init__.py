@@ -154,7 +154,7 @@ def _reason(exc: Exception) -> str:
 
 
 def _query(dirs: list[Path], run_ids: list[str], ncu_runs: list[str], names: dict[str, str]) -> dict[str, pa.Table]:
-    from ..analysis import prepare
+    from ..attribution import prepare
 
     con = store.connect(dirs, run_ids={*run_ids, *ncu_runs})
     try:

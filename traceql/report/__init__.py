@@ -275,7 +275,7 @@ def _map_runs(rec: Recipe, dirs: list[Path], runs: list[tuple[str, str, int]], n
     Nsight Compute runs: each query once for all of them (:meth:`Query.select_batch`), its rows then split by run.
     The analysis is per run and device, so a run's rows are those of a connection that sees it alone; the signature
     groups' ids are numbered from 0 in each run, as such a connection numbers them."""
-    from ..analysis import group_by_nvtx, prepare
+    from ..attribution import group_by_nvtx, prepare
     from ..launch import set_rule
 
     con = store.connect(dirs, run_ids={*(r[0] for r in runs), *ncu_runs})

@@ -729,7 +729,7 @@ def lock_files(con: duckdb.DuckDBPyConnection) -> None:
     The store's tables stay readable: their views become Arrow scans of the same files, which pyarrow opens, not
     DuckDB. Then DuckDB's external access goes off and its configuration is locked, so SQL can no longer read,
     write or list any file (``COPY ... TO``, ``read_text``, ``read_csv``), attach a database or load an extension,
-    nor turn the setting back on. Call it after what needs files (:func:`connect`, ``analysis.prepare``).
+    nor turn the setting back on. Call it after what needs files (:func:`connect`, ``attribution.prepare``).
     """
     import pyarrow.dataset as ds
 
@@ -742,6 +742,6 @@ def lock_files(con: duckdb.DuckDBPyConnection) -> None:
             table_schema = schema.TABLES[table]
         con.register(f"_files_{table}", ds.dataset(paths, schema=table_schema, format="parquet"))
         con.execute(f'CREATE OR REPLACE VIEW "{stored_view(table)}" AS SELECT * FROM "_files_{table}"')
-    duck.lock_kept_files(con)  # the tables analysis.prepare wrote to files
+    duck.lock_kept_files(con)  # the tables attribution.prepare wrote to files
     con.execute("SET enable_external_access = false")
     con.execute("SET lock_configuration = true")

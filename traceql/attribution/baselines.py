@@ -27,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from . import duck, stats
+from .. import duck, stats
 
 # Calibrated with benchmarks/calibrate_baselines.py on the bundled real traces (H100 and H200 known-cause traces, the
 # H200 contention, overlap and DDP traces); docs/attribution.md has the figures. Within one case range (the same work

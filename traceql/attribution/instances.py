@@ -1,43 +1,31 @@
-"""Prepare a connection for the analysis views: compute the shared views once, then the baselines.
+"""Stage 1 of the attribution: the instances. One row per GPU activity with everything measured about it
+(``instance_facts``): its interval, what overlapped it and how many SMs those held, the GPU metrics over it, its
+launch context (an NVTX group, by the rule of :mod:`traceql.launch`), and, for a collective matched across ranks, its
+wait for the last rank (``_collective_arrivals``), with the waits per device (``collective_waits``, ``rank_waits``).
 
 The views of ``queries/`` up to ``instance_facts`` are plain SQL, except the interval sweeps and what is read beside
 them, which the engine (``traceql.engine``) computes exactly in numpy, in one pass per device, into the table
-``_instance_parts`` that ``_instance_facts`` derives its columns from; the views it replaces read projections of
-it. Baselines and their intervals (``traceql.baselines``) are computed in Python from ``instance_facts``; the views
-above them (``kernel_signatures``, ``kernel_attribution``, ``device_summary``) read the result. ``prepare`` runs
-the whole chain; ``attribute``, ``report`` and ``traceql sql`` call it, and notebooks can too.
+``_instance_parts`` that ``_instance_facts`` derives its columns from; the views it replaces read projections of it.
 """
 
 from __future__ import annotations
 
-import re
-
 import duckdb
 
-from . import baselines, duck, engine
-from .engine import medians
-from .queries_loader import materialize
+from .. import duck, engine
+from ..queries_loader import materialize
 
-# computed once, upstream first: each is read by several views downstream; the engine's stages replace theirs.
+# computed once, in this order: each is read by several views downstream; the engine's stages replace theirs.
 # _collective_arrivals gives the baselines a collective's transfer time (its duration less its wait for other ranks).
 # devices and _ncu_demand are small but read by many views: over a store of many runs each read opens a file per run;
 # _kernel_sigs is one scan of every kernel, which ncu_match (_ncu_demand) and signatures (_signatures) both read
 UPSTREAM = ("devices", "_kernel_sigs", "_ncu_demand", "_activity_rows", "_signatures", "_activity_occurrence",
             "_activity_groups", "_instance_sweeps", "_instance_facts", "_collective_arrivals")
+# the waits per collective and per device (the verdict reads them), computed last, as they always were
+WAITS = ("collective_waits", "rank_waits")
 # the reference SQL of the engine's stages, computed once when prepare(sweeps="sql")
 SQL_STAGES = {"_instance_sweeps": ("_activity_steps", "_instance_overlap", "_device_unions", "_metric_samples",
                                    "_instance_metrics", "_activity_dram", "_corunner_dram", "_instance_sweeps")}
-DOWNSTREAM = ("_device_calibration", "kernel_signatures", "instance_predictions", "_group_predictions",
-              "kernel_attribution", "device_summary", "collective_waits", "rank_waits")
-# kept only under a memory cap: _group_predictions is the one view that reads instance_predictions (a row per
-# overlapped instance) in prepare, and computes it inline there (when kernel_attribution read it, inline took 10.4 s
-# against 11.8 s for the views after the baselines at 10 M kernels; not measured again since)
-CAPPED_ONLY = ("instance_predictions",)
-# the engine's stages among them (the reference SQL of each is computed when prepare(sweeps="sql"))
-DOWNSTREAM_STAGES = {"_group_predictions": medians.group_predictions}
-# views that read the baselines: a query that names one of them needs prepare()
-NEEDS_PREPARE = ("_instance_baselines", "_signature_stats", "_prediction_inputs", *DOWNSTREAM)
-
 NVTX_GROUPS_SQL = """
 CREATE OR REPLACE VIEW _activity_groups AS
 WITH rule AS (
@@ -72,12 +60,10 @@ def group_by_nvtx(con: duckdb.DuckDBPyConnection, pattern: str) -> None:
     con.execute(NVTX_GROUPS_SQL)
 
 
-def prepare(con: duckdb.DuckDBPyConnection, external: baselines.External | None = None,
-            sweeps: str = "engine") -> None:
-    """Compute instance facts, baselines and the views over them on ``con`` (after NVTX grouping, if any).
-
-    ``sweeps="sql"`` evaluates the reference SQL of the engine's stages instead (for comparisons).
-    """
+def prepare(con: duckdb.DuckDBPyConnection, sweeps: str = "engine") -> bool:
+    """Compute the instances on ``con`` (after NVTX grouping, if any); ``sweeps="sql"`` evaluates the reference SQL
+    of the engine's stages instead (for comparisons). True when the facts are kept in the order of the activities
+    and a device's facts fit the engine's windows: the baselines then read them unsorted."""
     # the reference's instance facts (a row of 47 columns per activity) stay uncompressed unless memory is capped:
     # compressing them took longer than computing them (2.3 s against 1.6 s for the 2.2 M activities of a real DDP
     # trace). The engine writes its _instance_parts to a file instead (duck.keep_file)
@@ -92,16 +78,11 @@ def prepare(con: duckdb.DuckDBPyConnection, external: baselines.External | None 
     # the engine keeps the facts in activity order, which scans return unless the connection turned that off; the
     # baselines then take a device's facts whole, so a device larger than the engine's windows is read sorted instead
     # (a signature's facts at a time)
-    ordered = sweeps == "engine" and duck.keeps_order(con) and con.sql(
+    return sweeps == "engine" and duck.keeps_order(con) and con.sql(
         "SELECT coalesce(max(n), 0) FROM (SELECT count(*) AS n FROM _instance_parts GROUP BY run_id, device_id)"
     ).fetchall()[0][0] <= engine.window_rows()
-    baselines.register(con, external, ordered=ordered)
-    for view in DOWNSTREAM:
-        if sweeps == "engine" and view in DOWNSTREAM_STAGES:
-            DOWNSTREAM_STAGES[view](con)
-        elif duck.memory_limit() or view not in CAPPED_ONLY:
-            materialize(con, (view,))
 
 
-def needs_prepare(sql: str) -> bool:
-    return any(re.search(rf"\b{re.escape(v)}\b", sql) for v in NEEDS_PREPARE)
+def prepare_waits(con: duckdb.DuckDBPyConnection) -> None:
+    """The waits for other ranks per collective and per device (they read the instances alone)."""
+    materialize(con, WAITS)

@@ -16,10 +16,10 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from . import output, store
+from .. import output, store
+from ..errors import BadInputError, MissingInputError, TraceqlError, UsageError
+from ..executor import Executor
 from .baselines import External
-from .errors import BadInputError, MissingInputError, TraceqlError, UsageError
-from .executor import Executor
 
 # 2: every activity is a row (activity, kind), slowdowns carry intervals, significance is the interval's
 # 3: predictions with calibrated bands, memory_explanation, compute_lost_beside_comm_ms
@@ -70,7 +70,7 @@ class Attribution:
 
         import pyarrow.parquet as pq
 
-        from .sources import urls
+        from ..sources import urls
 
         if urls.is_remote(out_dir):
             import tempfile
@@ -123,7 +123,7 @@ def as_store(inputs: list[Path], workdir: Path, executor: Executor | None = None
              defer: Sequence[str] = ()) -> list[Path]:
     """Run directories for ``inputs``: run directories as they are, raw traces ingested into ``workdir`` (``defer``:
     tables left in the exports until a query needs them, see :func:`traceql.ingest.ingest`)."""
-    from .ingest import ingest
+    from ..ingest import ingest
 
     dirs, raw = [], []
     for p in inputs:
@@ -232,7 +232,7 @@ def ncu_runs_of(item: Path, scratch: Path) -> tuple[Path, dict[str, dict]]:
 
     A report is ingested into ``scratch``; from a run directory only its Nsight Compute runs are taken (its traces
     are not inputs)."""
-    from .ingest.ncu import FORMAT, ingest_ncu_report, is_ncu_report
+    from ..ingest.ncu import FORMAT, ingest_ncu_report, is_ncu_report
 
     try:
         if store.is_store(item):
@@ -329,7 +329,7 @@ def ncu_notes_text(facts: tuple | None) -> list[str]:
 
 
 def _ncu_metrics_used() -> tuple[str, ...]:
-    from .sources.ncu import derive
+    from ..sources.ncu import derive
 
     limits = [n for w, n in derive.OCCUPANCY_LIMITS.items() if w not in derive.OPTIONAL_LIMITS]
     return (*limits, derive.DRAM_THROUGHPUT[0], derive.L2_HIT[0], derive.DRAM_READ[0], derive.DRAM_WRITE[0])
