@@ -28,9 +28,11 @@
 --                                compute (every other kernel), copy (other copies, sets)
 --   sm_held             BIGINT   SMs the activity occupies: min(SM count, CTAs) for kernels, 0 for copy engines
 --   launch_occupancy    BIGINT   CTAs per SM the launch configuration and the device's limits allow (kernels)
+--   sm_exclusive        BIGINT   sm_held when each of its CTAs takes more than half of an SM's warps, registers or
+--                                shared memory (no other such CTA fits beside one), else 0
 --   sig                 UBIGINT  signature id (the store's: the same work has the same sig)
 SELECT r.run_id, r.device_id, r.activity_id, r.activity, r.global_pid, r.correlation_id, r.stream_id, r.start_ns,
        r.end_ns, r.dur_ns, s.name, s.short_name, s.grid, s.block, r.dynamic_smem_bytes, r.bytes, r.ctas,
        r.threads_per_block, r.regs_per_thread, r.static_smem_bytes, r.kind, r.corunner_kind, r.sm_held,
-       r.launch_occupancy, r.sig
+       r.launch_occupancy, r.sm_exclusive, r.sig
 FROM _activity_rows r LEFT JOIN _signatures s USING (sig)

@@ -23,6 +23,8 @@
 --                                compute (every other kernel), copy (other copies, sets)
 --   sm_held             BIGINT   SMs the activity occupies: min(SM count, CTAs) for kernels, 0 for copy engines
 --   launch_occupancy    BIGINT   CTAs per SM the launch configuration and the device's limits allow (kernels)
+--   sm_exclusive        BIGINT   sm_held when each of its CTAs takes more than half of an SM's warps, registers or
+--                                shared memory (no other such CTA fits beside one), else 0
 --   sig                 UBIGINT  signature id (the store's: the same work has the same sig)
 SELECT k.run_id, k.device_id, 'kernel' AS activity, k.global_pid, k.correlation_id, k.stream_id, k.start_ns,
        k.end_ns, k.dur_ns, k.dynamic_smem_bytes, NULL::BIGINT AS bytes,
@@ -37,14 +39,18 @@ SELECT k.run_id, k.device_id, 'kernel' AS activity, k.global_pid, k.correlation_
                 // (k.regs_per_thread * 32 * ceil(k.threads_per_block / 32.0))::BIGINT END,
            CASE WHEN k.dynamic_smem_bytes + k.static_smem_bytes > 0 THEN coalesce(d.max_smem_per_sm_bytes, 233472)
                 // (k.dynamic_smem_bytes + k.static_smem_bytes) END))::BIGINT AS launch_occupancy,
+       CASE WHEN 2 * ceil(k.threads_per_block / 32.0) > coalesce(d.max_warps_per_sm, 64)
+                 OR 2 * k.regs_per_thread * 32 * ceil(k.threads_per_block / 32.0) > coalesce(d.max_regs_per_sm, 65536)
+                 OR 2 * (k.dynamic_smem_bytes + k.static_smem_bytes) > coalesce(d.max_smem_per_sm_bytes, 233472)
+            THEN least(k.ctas, coalesce(d.sm_count, k.ctas)) ELSE 0 END::BIGINT AS sm_exclusive,
        k.sig
 FROM kernels k LEFT JOIN devices d USING (run_id, device_id)
 UNION ALL
 SELECT run_id, device_id, 'memcpy', global_pid, correlation_id, stream_id, start_ns, end_ns, dur_ns,
        NULL, bytes, NULL, NULL, NULL, NULL, CASE WHEN is_peer THEN 'comm' ELSE 'copy' END,
-       CASE WHEN is_peer THEN 'comm' ELSE 'copy' END, 0, NULL, sig
+       CASE WHEN is_peer THEN 'comm' ELSE 'copy' END, 0, NULL, 0, sig
 FROM memcpy
 UNION ALL
 SELECT run_id, device_id, 'memset', global_pid, correlation_id, stream_id, start_ns, end_ns, dur_ns,
-       NULL, bytes, NULL, NULL, NULL, NULL, 'copy', 'copy', 0, NULL, sig
+       NULL, bytes, NULL, NULL, NULL, NULL, 'copy', 'copy', 0, NULL, 0, sig
 FROM memset

@@ -26,10 +26,13 @@
 --                                compute (every other kernel), copy (other copies, sets)
 --   sm_held             BIGINT   SMs the activity occupies: min(SM count, CTAs) for kernels, 0 for copy engines
 --   launch_occupancy    BIGINT   CTAs per SM the launch configuration and the device's limits allow (kernels)
+--   sm_exclusive        BIGINT   sm_held when each of its CTAs takes more than half of an SM's warps, registers or
+--                                shared memory (no other such CTA fits beside one), else 0
 --   sig                 UBIGINT  signature id (the store's: the same work has the same sig)
 SELECT run_id, device_id,
        row_number() OVER (PARTITION BY run_id ORDER BY device_id, start_ns, end_ns, activity, global_pid,
                           correlation_id, sig) AS activity_id,
        activity, global_pid, correlation_id, stream_id, start_ns, end_ns, dur_ns, dynamic_smem_bytes, bytes, ctas,
-       threads_per_block, regs_per_thread, static_smem_bytes, kind, corunner_kind, sm_held, launch_occupancy, sig
+       threads_per_block, regs_per_thread, static_smem_bytes, kind, corunner_kind, sm_held, launch_occupancy,
+       sm_exclusive, sig
 FROM _activity_list

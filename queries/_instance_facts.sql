@@ -21,6 +21,7 @@
 --   regs_per_thread     INTEGER  registers per thread (kernels)
 --   static_smem_bytes   BIGINT   static shared memory (bytes; kernels)
 --   launch_occupancy    BIGINT   CTAs per SM the launch configuration allows (kernels)
+--   sm_exclusive        BIGINT   its own SMs when its CTAs take more than half an SM, else 0
 --   sig                 UBIGINT  signature id (_activities)
 --   step_start_ns       BIGINT   start of the innermost NVTX range around the launch (ns; NULL outside ranges)
 --   step_text           VARCHAR  that range's text
@@ -36,6 +37,9 @@
 --   comm_fraction       DOUBLE   comm_overlap_ns / dur_ns
 --   corunner_kind       VARCHAR  the co-runner class that overlapped it longest (ties: comm, compute, copy), or NULL
 --   corunner_sms        DOUBLE   SMs held by other kernels, averaged over the overlapped time
+--   exclusive_sms       DOUBLE   of those, SMs held by kernels whose CTAs take more than half an SM (averaged)
+--   exclusive_sms_start DOUBLE   SMs held by such kernels already running when it started, averaged over its
+--                                duration
 --   sm_share            DOUBLE   SMs held by other kernels over its duration / SM count
 --   comm_sm_share       DOUBLE   the same, communication kernels only
 --   sm_count            INTEGER  SMs on the device
@@ -54,7 +58,7 @@
 SELECT run_id, device_id, activity_id, activity, kind, corunner_kind AS activity_class,
        global_pid, correlation_id, stream_id, nvtx,
        dynamic_smem_bytes, bytes, ctas, threads_per_block, regs_per_thread, static_smem_bytes,
-       launch_occupancy, sig,
+       launch_occupancy, sm_exclusive, sig,
        step_start_ns, step_text, occurrence, start_ns, end_ns, dur_ns, comm_overlap_ns, compute_overlap_ns,
        copy_overlap_ns, overlap_ns,
        CASE WHEN dur_ns > 0 THEN overlap_ns / dur_ns END AS overlap_fraction,
@@ -64,6 +68,8 @@ SELECT run_id, device_id, activity_id, activity, kind, corunner_kind AS activity
             WHEN compute_overlap_ns >= copy_overlap_ns THEN 'compute'
             ELSE 'copy' END AS corunner_kind,
        CASE WHEN overlap_ns > 0 THEN corunner_sm_ns::DOUBLE / overlap_ns END AS corunner_sms,
+       CASE WHEN overlap_ns > 0 THEN exclusive_sm_ns::DOUBLE / overlap_ns END AS exclusive_sms,
+       CASE WHEN dur_ns > 0 THEN exclusive_start_sm_ns::DOUBLE / dur_ns END AS exclusive_sms_start,
        CASE WHEN dur_ns > 0 AND sm_count > 0
             THEN least(1.0, corunner_sm_ns::DOUBLE / dur_ns / sm_count) END AS sm_share,
        CASE WHEN dur_ns > 0 AND sm_count > 0

@@ -22,6 +22,8 @@
 --   corunner_kind       VARCHAR  the class it counts in as a co-runner: comm, compute or copy
 --   sm_held             BIGINT   SMs the activity occupies
 --   launch_occupancy    BIGINT   CTAs per SM the launch configuration allows (kernels)
+--   sm_exclusive        BIGINT   sm_held when each of its CTAs takes more than half of an SM's warps, registers or
+--                                shared memory (no other such CTA fits beside one), else 0
 --   sig                 UBIGINT  signature id
 --   comm_overlap_ns     BIGINT   time overlapped by other communication (ns)
 --   compute_overlap_ns  BIGINT   time overlapped by other non-communication kernels (ns)
@@ -29,6 +31,8 @@
 --   overlap_ns          BIGINT   time overlapped by any other activity (ns)
 --   corunner_sm_ns      BIGINT   integral of the SMs held by other kernels over the activity (SM·ns)
 --   comm_sm_ns          BIGINT   the same, communication kernels only (SM·ns)
+--   exclusive_sm_ns     BIGINT   the same, kernels whose CTAs take more than half an SM only (SM·ns)
+--   exclusive_start_sm_ns BIGINT the same, of those kernels already running when it started (SM·ns)
 --   sm_count            INTEGER  SMs on the device
 --   samples             BIGINT   GPU metric samples inside it (0: the sample around it was used; NULL: no metrics)
 --   sm_active_pct       DOUBLE   SMs Active during it (%), device-wide

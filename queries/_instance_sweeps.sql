@@ -14,6 +14,8 @@
 --   overlap_ns          BIGINT   time overlapped by any other activity (ns)
 --   corunner_sm_ns      BIGINT   integral of the SMs held by other kernels over the activity (SM·ns)
 --   comm_sm_ns          BIGINT   the same, communication kernels only (SM·ns)
+--   exclusive_sm_ns     BIGINT   the same, kernels whose CTAs take more than half an SM only (SM·ns)
+--   exclusive_start_sm_ns BIGINT the same, of those kernels already running when it started (SM·ns)
 --   sm_count            INTEGER  SMs on the device
 --   samples             BIGINT   GPU metric samples inside it (0: the sample around it was used; NULL: no metrics)
 --   sm_active_pct       DOUBLE   SMs Active during it (%), device-wide
@@ -42,8 +44,8 @@ WITH sampled AS (
     FROM sampled s ASOF JOIN power p ON p.run_id = s.run_id AND p.device_id = s.device_id AND p.ts_ns <= s.mid_ns
 )
 SELECT a.run_id, a.device_id, a.activity_id, o.comm_overlap_ns, o.compute_overlap_ns, o.copy_overlap_ns,
-       o.overlap_ns, o.corunner_sm_ns, o.comm_sm_ns, o.sm_count, m.samples, m.sm_active_pct, m.dram_pct,
-       m.gpc_clock_mhz, m.nvlink_pct, m.pcie_pct, d.own_dram_pct, r.working_set_bytes, d.co_dram_pct,
+       o.overlap_ns, o.corunner_sm_ns, o.comm_sm_ns, o.exclusive_sm_ns, o.exclusive_start_sm_ns, o.sm_count, m.samples,
+       m.sm_active_pct, m.dram_pct, m.gpc_clock_mhz, m.nvlink_pct, m.pcie_pct, d.own_dram_pct, r.working_set_bytes, d.co_dram_pct,
        d.co_working_set_bytes, c.step_start_ns, c.step_text, c.occurrence, g.nvtx, p.power_w, p.nvml_sm_clock_mhz,
        p.throttle_reasons
 FROM _activity_rows a

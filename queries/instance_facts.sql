@@ -23,6 +23,7 @@
 --   regs_per_thread     INTEGER  registers per thread (kernels)
 --   static_smem_bytes   BIGINT   static shared memory (bytes; kernels)
 --   launch_occupancy    BIGINT   CTAs per SM the launch configuration allows (kernels)
+--   sm_exclusive        BIGINT   its own SMs when its CTAs take more than half an SM, else 0
 --   sig                 UBIGINT  signature id (_activities)
 --   step_start_ns       BIGINT   start of the innermost NVTX range around the launch (ns; NULL outside ranges)
 --   step_text           VARCHAR  that range's text
@@ -38,6 +39,9 @@
 --   comm_fraction       DOUBLE   comm_overlap_ns / dur_ns
 --   corunner_kind       VARCHAR  the co-runner class that overlapped it longest (ties: comm, compute, copy), or NULL
 --   corunner_sms        DOUBLE   SMs held by other kernels, averaged over the overlapped time
+--   exclusive_sms       DOUBLE   of those, SMs held by kernels whose CTAs take more than half an SM (averaged)
+--   exclusive_sms_start DOUBLE   SMs held by such kernels already running when it started, averaged over its
+--                                duration
 --   sm_share            DOUBLE   SMs held by other kernels over its duration / SM count
 --   comm_sm_share       DOUBLE   the same, communication kernels only
 --   sm_count            INTEGER  SMs on the device
@@ -55,9 +59,11 @@
 --   throttle_reasons    BIGINT   NVML clock throttle reasons bitmask at its midpoint
 SELECT f.run_id, f.device_id, f.activity_id, f.activity, f.kind, f.activity_class, f.global_pid, f.correlation_id,
        f.stream_id, f.nvtx, s.name, s.short_name, s.grid, s.block, f.dynamic_smem_bytes, f.bytes, f.ctas,
-       f.threads_per_block, f.regs_per_thread, f.static_smem_bytes, f.launch_occupancy, f.sig, f.step_start_ns,
+       f.threads_per_block, f.regs_per_thread, f.static_smem_bytes, f.launch_occupancy, f.sm_exclusive, f.sig,
+       f.step_start_ns,
        f.step_text, f.occurrence, f.start_ns, f.end_ns, f.dur_ns, f.comm_overlap_ns, f.compute_overlap_ns,
        f.copy_overlap_ns, f.overlap_ns, f.overlap_fraction, f.comm_fraction, f.corunner_kind, f.corunner_sms,
+       f.exclusive_sms, f.exclusive_sms_start,
        f.sm_share, f.comm_sm_share, f.sm_count, f.samples, f.sm_active_pct, f.dram_pct, f.gpc_clock_mhz,
        f.nvlink_pct, f.pcie_pct, f.cycles, f.co_dram_pct, f.co_working_set_bytes, f.power_w, f.nvml_sm_clock_mhz,
        f.throttle_reasons

@@ -8,16 +8,21 @@
 -- Each factor first predicts the slowdown while overlapped (x); with overlap fraction f, a victim that runs 1+x
 -- times slower while overlapped and at its own speed otherwise is slowed by f*x / (1 + x - f*x) in all.
 -- SM: co-running kernels' CTAs spread one per SM (the block scheduler places breadth-first), so they hold
---     min(S, CTAs) SMs; the victim loses nothing while its CTAs fit in the free SMs (B <= occ*F). Otherwise its
---     throughput follows the SMs it can use: x = min(B, occ*S) / (occ*F) - 1 (many waves: S/F - 1; less than a
---     wave: the part of the grid that no longer fits). A bandwidth-bound victim (isolated rate >= memory_bound_frac
---     of saturation) loses only what its free SMs cannot pull at the device's best per-SM rate. When co-runners sit
---     on every SM (F < 1), the victim's CTAs run beside theirs: an equal share of the issue slots, x = 1.
+--     min(S, CTAs) SMs. They take them from the victim when their CTAs cannot share an SM with its own (more than
+--     half an SM each: sm_exclusive); a grid that fits in one wave keeps the SMs it starts on, so it loses only those
+--     exclusive co-runners held as it started, for as long as they kept them (exclusive_sms_start); a grid of more
+--     waves, those they held while it ran (exclusive_sms). With F = S - taken free, the victim loses nothing while
+--     its CTAs fit (B <= occ*F). Otherwise its throughput follows the SMs it can use: x = min(B, occ*S) / (occ*F) - 1
+--     (many waves: S/F - 1; less than a wave: the part of the grid that no longer fits). A bandwidth-bound victim
+--     (isolated rate >= memory_bound_frac of saturation) loses only what its free SMs cannot pull at the device's
+--     best per-SM rate. When co-runners whose CTAs fit beside its own sit on every SM, the victim's CTAs run beside
+--     theirs: an equal share of the issue slots, x = 1.
 -- DRAM: when the victim's and co-runners' isolated rates together exceed saturation, and the rate measured during
 --     the instance shows DRAM busy (dram_busy_frac of saturation; no metrics: the demand alone), the bandwidth is
 --     shared max-min fairly: the victim keeps min(r_v, max(sat/2, sat - r_c)), x = r_v / that - 1.
 -- cache: for kernels (a copy engine streams, with no reuse to lose), beside co-runners with a footprint (isolated DRAM
---     rate >= footprint_min_pct, or a profiled working set), with DRAM busy: the victim's L2 reuse lost. Co-runners
+--     rate >= footprint_min_pct, or a profiled working set), with DRAM busy where the demand alone saturates it (else
+--     busy DRAM is the demand's own traffic): the victim's L2 reuse lost. Co-runners
 --     that live in L2 show no DRAM rate alone; their footprint shows as traffic neither side makes alone: the DRAM
 --     rate measured during the instance at least extra_traffic_min_pct above the victim's and co-runners' rates alone
 --     together, when every co-runner's rate alone is known (a witness that opens the model, never its numerator). With a Nsight Compute profile whose working set fits in L2 alone
@@ -25,7 +30,8 @@
 --     of DRAM under sharing; without one, the calibrated in-overlap loss (_calibration.cache_in_overlap).
 --     `dram_bw` and `cache` explain the same busy DRAM two ways: kernel_attribution takes one of them.
 -- clock: the isolated clock over the instance's clock (its cycles unchanged), weighted by the share of its time
---     the victim does not wait on DRAM (1 - r_v/sat); none for copies and collectives (links and memory).
+--     the victim does not wait on DRAM (1 - r_v/sat), for every kernel (collectives too: their CTAs move the data at
+--     the SM clock); none for copies and sets (copy engines).
 -- link: communication beside other communication may share links: half of doubling while they overlap.
 -- columns:
 --   run_id              VARCHAR  run
@@ -36,7 +42,7 @@
 --                                rank: its transfer, _collective_arrivals; for comparison only: no prediction reads it)
 --   f                   DOUBLE   overlap fraction
 --   held_sms            DOUBLE   SMs co-running kernels held while overlapping it (capped at the SM count)
---   free_sms            DOUBLE   SMs left to it
+--   free_sms            DOUBLE   SMs left to it: the SM count less those taken (see SM above)
 --   occupancy           BIGINT   CTAs per SM (Nsight Compute's, else the launch configuration's)
 --   memory_bound        BOOLEAN  isolated DRAM rate >= memory_bound_frac of saturation
 --   dram_iso_pct        DOUBLE   the victim's isolated DRAM rate (% of peak; GPU metrics, else Nsight Compute)
@@ -69,6 +75,15 @@ WITH inst AS (
            i.overlap_fraction AS f, i.comm_fraction, i.ctas, i.sm_count AS s_count,
            coalesce(n.ctas_per_sm, i.launch_occupancy) AS occ,
            least(coalesce(i.corunner_sms, 0), i.sm_count) AS held,
+           -- SMs taken from it: by co-runners whose CTAs cannot share an SM with its own (more than half an SM
+           -- each; one that fits beside it shares its SMs instead); a grid that fits in one wave is placed as it
+           -- starts and keeps its SMs, so only those held then count; more waves, those held while it ran
+           least(CASE WHEN i.ctas <= coalesce(n.ctas_per_sm, i.launch_occupancy) * i.sm_count
+                      THEN coalesce(i.exclusive_sms_start, 0) ELSE coalesce(i.exclusive_sms, 0) END, i.sm_count)
+               AS taken,
+           -- SMs co-runners that fit beside its CTAs held, on average while it ran
+           greatest(0, least(coalesce(i.corunner_sms, 0), i.sm_count) - least(coalesce(i.exclusive_sms, 0),
+                                                                                i.sm_count)) AS shared,
            coalesce(p.dram_pct_iso, n.dram_pct) AS r_v, i.co_dram_pct AS r_c, i.dram_pct AS c_dram,
            p.gpc_clock_mhz_iso AS clock_iso, i.gpc_clock_mhz AS clock, p.power_w_iso AS power_iso, i.power_w,
            n.l2_hit_pct, n.working_set_bytes, i.co_working_set_bytes, d.l2_bytes,
@@ -131,7 +146,7 @@ WITH inst AS (
           + (coalesce(e.started_upto, 0) - a.started_at_start) = 0
 ), shaped AS (
     SELECT inst.*,
-           s_count - held AS free,
+           s_count - taken AS free,
            coalesce(r_v >= memory_bound_frac * sat, false) AS memory_bound,
            x.activity_id IS NOT NULL AS extra_traffic,
            coalesce(r_c >= footprint_min_pct, false) OR coalesce(co_working_set_bytes > 0, false) AS footprint_alone,
@@ -145,7 +160,10 @@ WITH inst AS (
 ), in_overlap AS (
     -- each factor's slowdown while overlapped (x), from demand and the device alone
     SELECT *,
-        CASE WHEN activity <> 'kernel' OR held <= 0 OR ctas <= occ * free THEN 0
+        CASE WHEN activity <> 'kernel' OR held <= 0 THEN 0
+             -- co-runners that fit beside its CTAs, on every SM: an equal share of the issue slots
+             WHEN s_count - shared < 1 THEN 1
+             WHEN ctas <= occ * free THEN 0
              WHEN free < 1 THEN 1
              WHEN memory_bound THEN greatest(0, r_v / least(sat, per_sm * free) - 1)
              ELSE least(ctas, occ * s_count) / (occ * free) - 1 END AS x_sm,
@@ -159,10 +177,12 @@ WITH inst AS (
                   AND working_set_bytes + co_working_set_bytes > l2_bytes
              THEN (1 / (1 - least(l2_hit_pct, 99) / 100)) * r_v / dram_kept - 1
              WHEN l2_hit_pct IS NOT NULL AND co_working_set_bytes IS NOT NULL THEN 0
-             -- no profile: only a measured busy DRAM or traffic beyond the demand (never the demand alone) opens
-             -- the calibrated loss
-             WHEN coalesce(measured_busy, false) OR extra_traffic THEN cache_in_overlap ELSE 0 END AS x_cache,
-        CASE WHEN activity_class <> 'compute' OR NOT coalesce(clock > 0 AND clock_iso > 0, false) THEN 0
+             -- no profile: traffic beyond the demand opens the calibrated loss (lost reuse adds misses); a DRAM
+             -- measured busy does where the demand alone saturates it (extra traffic cannot show there), never where
+             -- the demand explains the traffic measured
+             WHEN (coalesce(measured_busy, false) AND r_v + coalesce(r_c, 0) >= sat) OR extra_traffic
+             THEN cache_in_overlap ELSE 0 END AS x_cache,
+        CASE WHEN activity <> 'kernel' OR NOT coalesce(clock > 0 AND clock_iso > 0, false) THEN 0
              -- (+ 0.0: a clock above the isolated one times a zero weight is -0.0, which would print as such)
              ELSE (clock_iso / clock - 1) * (1 - least(1, coalesce(r_v, 0) / sat)) + 0.0 END AS x_clock,
         CASE WHEN activity_class = 'comm' AND f > 0 THEN 0.5 * comm_fraction / f ELSE 0 END AS x_link

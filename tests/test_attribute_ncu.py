@@ -305,11 +305,13 @@ def _profile(name: str, grid_x: int, block_x: int = 128, **demand) -> dict:
 
 def _wave_store(root: Path, profile: dict | None) -> Path:
     """Kernel W: 200 CTAs of 128 threads, registers unknown: the launch configuration allows 16 CTAs per SM
-    (64 warps / 4), so W is one partial wave. Alone 1000 ns (3x); 1500 ns (2x) beside a comm kernel of 20 CTAs."""
+    (64 warps / 4), so W is one partial wave. Alone 1000 ns (3x); 1500 ns (2x) beside a comm kernel of 20 CTAs, each
+    an NCCL CTA (544 threads of 96 registers: more than half an SM's registers, so they take their SMs)."""
     kernels = [dict(name="wave_W", ctas=200, start_ns=s, end_ns=s + 1000) for s in (0, 2000, 4000)]
     for start in (10_000, 20_000):
         kernels += [dict(name="wave_W", ctas=200, start_ns=start, end_ns=start + 1500),
-                    dict(kind="comm", ctas=20, start_ns=start - 100, end_ns=start + 1600)]
+                    dict(kind="comm", ctas=20, start_ns=start - 100, end_ns=start + 1600, block_x=544,
+                         regs_per_thread=96)]
     make_store(root, kernels=kernels, devices=[dict(device_id=0, sm_count=S)])
     if profile is not None:  # in a run of its own in the same run directory
         make_store(root, run_id=NCU_RUN, devices=[], ncu_kernels=[_profile("wave_W", 200, **profile)])

@@ -68,10 +68,15 @@ def _isolated(name: str, starts, dur: int, **kw) -> list[dict]:
     return [dict(name=name, start_ns=s, end_ns=s + dur, **kw) for s in starts]
 
 
+# an NCCL kernel's launch (ncclDevKernel_AllReduce_Sum_bf16_RING_LL on H100/H200): 544 threads of 96 registers, 80 KiB
+# of dynamic shared memory; its CTAs take more than half an SM's registers, so none of more than half an SM fits beside
+NCCL_CTA = dict(block_x=544, regs_per_thread=96, dynamic_smem_bytes=82_240, static_smem_bytes=21_568)
+
+
 def _beside_comm(name: str, start: int, dur: int, comm_ctas: int = 20, margin: int = 100, **kw):
     """A kernel instance fully overlapped by a communication kernel that starts before and ends after it."""
     return ([dict(name=name, start_ns=start, end_ns=start + dur, **kw)],
-            [dict(kind="comm", ctas=comm_ctas, start_ns=start - margin, end_ns=start + dur + margin)])
+            [dict(kind="comm", ctas=comm_ctas, start_ns=start - margin, end_ns=start + dur + margin, **NCCL_CTA)])
 
 
 
@@ -292,12 +297,67 @@ def test_sm_model_by_grid_size(grid_rows, ctas, x):
         assert a["reason"].startswith("no factor is present")
 
 
+def test_sm_model_takes_from_a_resident_grid_only_what_held_its_sms_as_it_started(tmp_path):
+    """A grid that fits in one wave (80 CTAs of one per SM, S = 100) keeps the SMs it starts on: a co-runner whose CTAs
+    cannot share an SM with its own (more than half an SM each) takes from it only the SMs it held as the grid started,
+    for as long as it kept them. Expected, each victim 1250 ns, beside a 40-CTA co-runner of one CTA per SM:
+    - the co-runner starts after it: nothing taken, sm 0;
+    - the co-runner runs through it: 40 taken, 60 free for 80 CTAs: x = 80/60 - 1;
+    - the co-runner ends 125 ns into it: 40 x 125/1250 = 4 taken on average, 96 free: the grid fits, sm 0.
+    The three see the same 40 SMs held on average while overlapped, so the former rule (all co-runners' SMs, averaged)
+    gave each a loss."""
+    kernels = []
+    for i, (name, hog) in enumerate((("after", (100, 1400)), ("through", (-100, 1500)), ("tail", (-1000, 125)))):
+        base = 20_000 * (i + 1)
+        kernels += _isolated(name, (base - 15_000, base - 12_000, base - 9_000), 1000, ctas=80, **ONE_PER_SM)
+        kernels += [dict(name=name, start_ns=base, end_ns=base + 1250, ctas=80, **ONE_PER_SM),
+                    dict(name=f"hog_{name}", start_ns=base + hog[0], end_ns=base + hog[1], ctas=40, **ONE_PER_SM)]
+    rows = _by_name(_attr(tmp_path, kernels=kernels))
+    assert rows["after"]["explained"]["sm"] == 0 and rows["tail"]["explained"]["sm"] == 0
+    through = rows["through"]
+    assert through["overlap_fraction"] == 1 and through["explained"]["sm"] == approx(80 / 60 - 1)
+    assert rows["tail"]["corunner_sms"] == approx(40) and rows["after"]["overlap_fraction"] == approx(1150 / 1250)
+
+
+def test_sm_model_shares_sms_with_co_runners_that_fit_beside(tmp_path):
+    """A co-runner whose CTAs fit beside the victim's (128 threads, no shared memory) shares its SMs instead of taking
+    them: on every SM (200 CTAs, 2 per SM), an equal share of the issue slots (x = 1); on 50 SMs, nothing."""
+    kernels = []
+    for i, (name, ctas) in enumerate((("everywhere", 200), ("half", 50))):
+        base = 20_000 * (i + 1)
+        kernels += _isolated(name, (base - 15_000, base - 12_000, base - 9_000), 1000, ctas=80, **ONE_PER_SM)
+        kernels += [dict(name=name, start_ns=base, end_ns=base + 1250, ctas=80, **ONE_PER_SM),
+                    dict(name=f"small_{name}", start_ns=base - 100, end_ns=base + 1400, ctas=ctas)]
+    rows = _by_name(_attr(tmp_path, kernels=kernels))
+    assert rows["everywhere"]["explained"]["sm"] == approx(1.0) and rows["half"]["explained"]["sm"] == 0
+
+
+def test_collectives_lose_what_the_clock_loses(tmp_path):
+    """An NCCL kernel is an SM program: a lower GPC clock while it runs beside compute predicts (1980/1650 - 1) of
+    slowdown, weighted by the time it does not wait on DRAM (no DRAM rate measured: all of it). Its CTAs hold their
+    SMs (a 40-CTA GEMM of one CTA per SM started after it takes none)."""
+    from synthetic import samples
+
+    clock = "GPC Clock Frequency [MHz]"
+    kernels, metrics = [], []
+    for start in (0, 3000, 6000):
+        kernels.append(dict(kind="comm", name="allreduce", start_ns=start, end_ns=start + 1000, ctas=20, **NCCL_CTA))
+        metrics += samples(clock, start, start + 1000, 1980, period_ns=50)
+    for start in (10_000, 20_000):
+        kernels += [dict(kind="comm", name="allreduce", start_ns=start, end_ns=start + 1200, ctas=20, **NCCL_CTA),
+                    dict(name="gemm", start_ns=start + 50, end_ns=start + 1300, ctas=132, **ONE_PER_SM)]
+        metrics += samples(clock, start, start + 1300, 1650, period_ns=50)
+    row = _by_name(_attr(tmp_path, kernels=kernels, gpu_metrics=metrics))["allreduce"]
+    assert row["explained"]["sm"] == 0 and row["explained"]["clock"] == approx(1980 / 1650 - 1)
+    assert row["class"] == "clock"
+
+
 def test_sm_model_partial_overlap(tmp_path):
     """The SM model's x holds only while overlapped: gemm_A's grid (x = 1600/1280 - 1 = 0.25) overlapped for
     f = 0.4 of its 1100 ns (a 20-CTA comm kernel from 10660 to 11200) is slowed by f·x/(1 + x - f·x) in all."""
     kernels = _isolated("gemm_A", (0, 2000, 4000), 1000, ctas=8000)
     kernels += [dict(name="gemm_A", ctas=8000, start_ns=10_000, end_ns=11_100),
-                dict(kind="comm", ctas=20, start_ns=10_660, end_ns=11_200)]
+                dict(kind="comm", ctas=20, start_ns=10_660, end_ns=11_200, **NCCL_CTA)]
     a = _by_name(_attr(tmp_path, kernels=kernels))["gemm_A"]
     assert a["overlap_fraction"] == approx(0.4) and a["corunner_sms"] == approx(20)
     point = 0.4 * 0.25 / (1 + 0.25 - 0.4 * 0.25)  # 0.1/1.15 = 0.0870

@@ -153,8 +153,16 @@ def test_sweep_matches_brute_force(acts):
     end = start + np.array([a[1] for a in acts], dtype=np.int64)
     cls = np.array([{"compute": 1, "comm": 0, "peer": 0}.get(a[2], 2) for a in acts], dtype=np.int8)
     sm = np.array([min(a[3], S) if a[2] in ("compute", "comm") else 0 for a in acts], dtype=np.int64)
-    res = sweeps.overlap(start, end, cls, sm, S)
+    excl = np.where(np.arange(len(acts)) % 2 == 0, sm, 0)  # every other kernel's CTAs take more than half an SM
+    res = sweeps.overlap(start, end, cls, sm, S, sm_exclusive=excl)
     want, device = _reference(acts)
+    for i in range(len(acts)):
+        others = [j for j in range(len(acts)) if j != i]
+        inside = sum(excl[j] * max(0, min(end[i], end[j]) - max(start[i], start[j])) for j in others)
+        # those already running as it started, up to their end or its own
+        held = sum(excl[j] * (min(end[j], end[i]) - start[i]) for j in others if start[j] <= start[i] < end[j])
+        assert res.per_activity["exclusive_sm_ns"][i] == inside, (i, acts)
+        assert res.per_activity["exclusive_start_sm_ns"][i] == held, (i, acts)
     for i, w in want.items():
         dur = int(end[i] - start[i])
         for col in ("comm_overlap_ns", "compute_overlap_ns", "copy_overlap_ns", "overlap_ns"):
@@ -426,7 +434,7 @@ def test_windows_of_a_device_give_its_whole_sweep(acts, size, piece):
     end = start + np.array([a[1] for a in acts], dtype=np.int64)
     cls = np.array([a[2] for a in acts], dtype=np.int8)
     sm = np.array([a[3] for a in acts], dtype=np.int64)
-    whole = sweeps.overlap(start, end, cls, sm, S)
+    whole = sweeps.overlap(start, end, cls, sm, S, sm_exclusive=sm // 2)
     cols = {"activity_id": np.arange(len(acts)), "start_ns": start, "end_ns": end, "cls": cls, "sm": sm}
     pieces = [(("run", 0), {c: v[i:i + piece] for c, v in cols.items()}) for i in range(0, len(acts), piece)]
     got = {c: [] for c in whole.per_activity}
@@ -434,7 +442,7 @@ def test_windows_of_a_device_give_its_whole_sweep(acts, size, piece):
     windows = list(_windows(iter(pieces), size))
     for w in windows:
         c = w.cols
-        res = sweeps.overlap(c["start_ns"], c["end_ns"], c["cls"], c["sm"], S, w.span)
+        res = sweeps.overlap(c["start_ns"], c["end_ns"], c["cls"], c["sm"], S, w.span, sm_exclusive=c["sm"] // 2)
         if w.span is None:  # the device in one window: all of it
             assert list(c["activity_id"][w.own]) == list(range(len(acts)))
         else:

@@ -261,7 +261,7 @@ def _map(groups: Iterator[tuple[tuple[str, int], Columns]], work: Callable[[tupl
 UNIONS_SCHEMA = pa.schema([("run_id", pa.string()), ("device_id", pa.int32()), ("compute_ns", pa.int64()),
                           ("comm_ns", pa.int64()), ("overlap_ns", pa.int64())])
 OVERLAP_COLUMNS = ("comm_overlap_ns", "compute_overlap_ns", "copy_overlap_ns", "overlap_ns", "corunner_sm_ns",
-                   "comm_sm_ns")
+                   "comm_sm_ns", "exclusive_sm_ns", "exclusive_start_sm_ns")
 # the columns of _instance_sweeps after its keys (run_id, device_id, activity_id)
 SWEPT = pa.schema([
     *((c, pa.int64()) for c in OVERLAP_COLUMNS), ("sm_count", pa.int32()),
@@ -611,7 +611,8 @@ def _sweeps(con: duckdb.DuckDBPyConnection) -> None:
     activities = _pieces(con, """SELECT *, CASE corunner_kind WHEN 'comm' THEN 0 WHEN 'compute' THEN 1 ELSE 2
                                             END::TINYINT AS _cls, activity = 'kernel' AS _kernel
                                  FROM _activity_rows""",
-                         "activity_id", numbers=("activity_id", "start_ns", "end_ns", "sm_held", "sig", "bytes",
+                         "activity_id", numbers=("activity_id", "start_ns", "end_ns", "sm_held", "sm_exclusive",
+                                                 "sig", "bytes",
                                                  "_cls", "_kernel"),
                          rows=True, ordered=ordered, batch_rows=min(size, BATCH_ROWS))
 
@@ -632,7 +633,8 @@ def _sweeps(con: duckdb.DuckDBPyConnection) -> None:
         dur = end - start
         n = own.stop - own.start
         sm_count, bandwidth = devices.get(key, (None, None))
-        res = sweeps.overlap(start, end, cls, np.ma.filled(a["sm_held"], 0), sm_count, a["_span"])
+        res = sweeps.overlap(start, end, cls, np.ma.filled(a["sm_held"], 0), sm_count, a["_span"],
+                             sm_exclusive=np.ma.filled(a["sm_exclusive"], 0))
         over = res.per_activity["overlap_ns"]
         out = {"_rows": a["_rows"], "_totals": res.totals}  # its row, as it came
         out.update({c: res.per_activity[c][own] for c in OVERLAP_COLUMNS})

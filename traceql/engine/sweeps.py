@@ -105,8 +105,10 @@ class DeviceOverlap:
 
 
 def overlap(start: np.ndarray, end: np.ndarray, cls: np.ndarray, sm_held: np.ndarray,
-            sm_count: int | None, span: tuple[int, int | None] | None = None) -> DeviceOverlap:
-    """Per activity: time overlapped by each other class, by anything else, and the SM·ns co-runners held.
+            sm_count: int | None, span: tuple[int, int | None] | None = None,
+            sm_exclusive: np.ndarray | None = None) -> DeviceOverlap:
+    """Per activity: time overlapped by each other class, by anything else, the SM·ns co-runners held, and of those
+    the co-runners whose CTAs take more than half an SM (``sm_exclusive``): SM·ns over it, and SMs as it started.
 
     An activity is active over its own interval, so "another of my class" is "two or more of my class" there and
     "anything else" is "two or more in all". Communication SMs are capped at the SM count as a whole.
@@ -138,7 +140,42 @@ def overlap(start: np.ndarray, end: np.ndarray, cls: np.ndarray, sm_held: np.nda
         "corunner_sm_ns": np.maximum(0, comm_sm + b.over(b.prefix(sm_comp)) - own_sm),
         "comm_sm_ns": np.maximum(0, comm_sm - np.where(cls == COMM, own_sm, 0)),
     }
+    excl = np.zeros(len(start), dtype=np.int64) if sm_exclusive is None else sm_exclusive.astype(np.int64)
+    level = b.level(excl)
+    per["exclusive_sm_ns"] = np.maximum(0, b.over(b.prefix(level)) - excl * (end - start))
+    per["exclusive_start_sm_ns"] = _held_from_start(start, end, excl, level[b.i_start])
     return DeviceOverlap(per, _totals(b, n[COMM] > 0, n[COMPUTE] > 0, span), b)
+
+
+def _held_from_start(start: np.ndarray, end: np.ndarray, w: np.ndarray, at_start: np.ndarray) -> np.ndarray:
+    """Per interval v: the integral over v of the weight ``w`` of the other intervals already running at its start
+    (``at_start``: their summed weight there, v's own included while it has a length), each up to its end or v's:
+    sum of w_c (min(e_c, e_v) - s_v) over c with s_c <= s_v < e_c. Those that end inside v are found among the
+    weighted intervals in order of their ends (between s_v and e_v), the rest run to e_v."""
+    dur = end - start
+    own = np.where(dur > 0, w, 0)
+    held = at_start - own
+    victims = np.flatnonzero(held > 0)
+    out = np.zeros(len(start), dtype=np.int64)
+    if not len(victims):
+        return out
+    ex = np.flatnonzero(w > 0)
+    order = ex[np.argsort(end[ex], kind="stable")]
+    ends, starts, weights = end[order], start[order], w[order]
+    lo = np.searchsorted(ends, start[victims], side="right")  # ends after its start...
+    hi = np.searchsorted(ends, end[victims], side="right")    # ...up to its end
+    count = hi - lo
+    v = np.repeat(victims, count)
+    c = np.arange(count.sum()) - np.repeat(np.cumsum(count) - count, count) + np.repeat(lo, count)
+    running = starts[c] <= start[v]  # already running at its start (itself among them, ending at its end)
+    v, c = v[running], c[running]
+    n = len(start)
+    # exact in integers: each such interval's weight times its time inside v, and their summed weight
+    inside = np.bincount(v, weights=(weights[c] * (ends[c] - start[v])).astype(np.float64), minlength=n)
+    ending = np.bincount(v, weights=weights[c].astype(np.float64), minlength=n)
+    total = np.rint(inside).astype(np.int64) + dur * (at_start - np.rint(ending).astype(np.int64))
+    out[victims] = (total - own * dur)[victims]
+    return np.maximum(out, 0)
 
 
 def _totals(b: Boundaries, comm: np.ndarray, compute: np.ndarray, span: tuple[int, int | None] | None = None) \
