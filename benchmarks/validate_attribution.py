@@ -124,8 +124,14 @@ def case_rows(result, gpu: str) -> list[dict]:
         labels = _labels(r["nvtx"])
         corunner = labels.get("corunner", "")
         expected = labels.get("expect") or EXPECTED.get((case, r["activity"]))
-        if _is_corunner(r, corunner) or r["t0_ns"] is None:
-            continue  # the co-runner itself, or an activity that never ran alone (no baseline: nothing to judge)
+        if labels.get("victim") == "comm" and r["kind"] != "comm":  # collectives judged; the rest by expect_other
+            expected = labels.get("expect_other")
+            if expected is None:
+                continue
+        elif _is_corunner(r, corunner):
+            continue  # the co-runner itself
+        if r["t0_ns"] is None:
+            continue  # an activity that never ran alone (no baseline: nothing to judge)
         rows.append(dict(gpu=gpu.split(" ")[0], trace=gpu, case=case, labels=labels, row=r, expected=expected,
                          ok=expected is not None and r["class"] in expected.split("|")))
     return rows

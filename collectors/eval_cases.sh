@@ -8,6 +8,8 @@
 #   cases      collectors/eval_cases.py on GPU 0 -> $OUT/eval_cases_<gpu>.sqlite.xz and $OUT/eval_cases_<gpu>.log
 #   allreduce  collectors/eval_allreduce.py under torchrun --nproc-per-node 2 (needs 2 GPUs), NCCL_MAX_CTAS=16,
 #              one nsys around torchrun -> $OUT/eval_allreduce_<gpu>x2.sqlite.xz and .log
+#   comm       collectors/eval_comm.py under torchrun --nproc-per-node 2 (needs 2 GPUs), NCCL's default CTAs,
+#              one nsys around torchrun -> $OUT/eval_comm_<gpu>x2.sqlite.xz and .log
 # OUT defaults to ./out. Extra arguments go to eval_cases.py. Each step has its own time limits; each step's log is
 # written to $OUT as it goes (tee), so a step cut short still leaves its log.
 set -uo pipefail
@@ -65,6 +67,20 @@ for step in ${EVAL_STEPS:-cases}; do
               torchrun --nproc-per-node 2 "$C/eval_allreduce.py" --profile-range
         fi
       } 2>&1 | tee "$OUT/eval_allreduce_${gpu}x2.log" ;;
-    *) echo "unknown step $step (cases, allreduce)" ;;
+    comm)
+      rm -f "$W"/eval_comm*
+      {
+        echo "### gpu ${gpu}x2 ($ngpu GPUs)"; versions
+        if [ "$ngpu" -lt 2 ]; then
+          echo "comm: needs 2 GPUs, found $ngpu: skipped"
+        else
+          export NCCL_NVLS_ENABLE=0 CUDA_VISIBLE_DEVICES=0,1
+          echo "NCCL_NVLS_ENABLE=$NCCL_NVLS_ENABLE (NCCL_MAX_CTAS unset)"
+          nvidia-smi topo -m 2>&1 | head -4
+          profile eval_comm "eval_comm_${gpu}x2" all 240 \
+              torchrun --nproc-per-node 2 "$C/eval_comm.py" --profile-range
+        fi
+      } 2>&1 | tee "$OUT/eval_comm_${gpu}x2.log" ;;
+    *) echo "unknown step $step (cases, allreduce, comm)" ;;
   esac
 done

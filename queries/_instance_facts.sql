@@ -38,8 +38,8 @@
 --   corunner_kind       VARCHAR  the co-runner class that overlapped it longest (ties: comm, compute, copy), or NULL
 --   corunner_sms        DOUBLE   SMs held by other kernels, averaged over the overlapped time
 --   exclusive_sms       DOUBLE   of those, SMs held by kernels whose CTAs take more than half an SM (averaged)
---   exclusive_sms_start DOUBLE   SMs held by such kernels already running when it started, averaged over its
---                                duration
+--   exclusive_sms_start DOUBLE   SMs held by such kernels already running when it started, averaged over the
+--                                overlapped time
 --   sm_share            DOUBLE   SMs held by other kernels over its duration / SM count
 --   comm_sm_share       DOUBLE   the same, communication kernels only
 --   sm_count            INTEGER  SMs on the device
@@ -69,7 +69,7 @@ SELECT run_id, device_id, activity_id, activity, kind, corunner_kind AS activity
             ELSE 'copy' END AS corunner_kind,
        CASE WHEN overlap_ns > 0 THEN corunner_sm_ns::DOUBLE / overlap_ns END AS corunner_sms,
        CASE WHEN overlap_ns > 0 THEN exclusive_sm_ns::DOUBLE / overlap_ns END AS exclusive_sms,
-       CASE WHEN dur_ns > 0 THEN exclusive_start_sm_ns::DOUBLE / dur_ns END AS exclusive_sms_start,
+       CASE WHEN overlap_ns > 0 THEN exclusive_start_sm_ns::DOUBLE / overlap_ns END AS exclusive_sms_start,
        CASE WHEN dur_ns > 0 AND sm_count > 0
             THEN least(1.0, corunner_sm_ns::DOUBLE / dur_ns / sm_count) END AS sm_share,
        CASE WHEN dur_ns > 0 AND sm_count > 0

@@ -40,8 +40,8 @@
 --   corunner_kind       VARCHAR  the co-runner class that overlapped it longest (ties: comm, compute, copy), or NULL
 --   corunner_sms        DOUBLE   SMs held by other kernels, averaged over the overlapped time
 --   exclusive_sms       DOUBLE   of those, SMs held by kernels whose CTAs take more than half an SM (averaged)
---   exclusive_sms_start DOUBLE   SMs held by such kernels already running when it started, averaged over its
---                                duration
+--   exclusive_sms_start DOUBLE   SMs held by such kernels already running when it started, averaged over the
+--                                overlapped time
 --   sm_share            DOUBLE   SMs held by other kernels over its duration / SM count
 --   comm_sm_share       DOUBLE   the same, communication kernels only
 --   sm_count            INTEGER  SMs on the device

@@ -303,9 +303,9 @@ def test_sm_model_takes_from_a_resident_grid_only_what_held_its_sms_as_it_starte
     for as long as it kept them. Expected, each victim 1250 ns, beside a 40-CTA co-runner of one CTA per SM:
     - the co-runner starts after it: nothing taken, sm 0;
     - the co-runner runs through it: 40 taken, 60 free for 80 CTAs: x = 80/60 - 1;
-    - the co-runner ends 125 ns into it: 40 x 125/1250 = 4 taken on average, 96 free: the grid fits, sm 0.
-    The three see the same 40 SMs held on average while overlapped, so the former rule (all co-runners' SMs, averaged)
-    gave each a loss."""
+    - the co-runner ends 125 ns into it: 40 taken over those 125 ns (f = 0.1), x = 80/60 - 1 while overlapped.
+    The co-runner that starts after it holds 40 SMs while overlapped too, so the former rule (every co-runner's SMs,
+    averaged over the overlap) gave it a loss."""
     kernels = []
     for i, (name, hog) in enumerate((("after", (100, 1400)), ("through", (-100, 1500)), ("tail", (-1000, 125)))):
         base = 20_000 * (i + 1)
@@ -313,10 +313,10 @@ def test_sm_model_takes_from_a_resident_grid_only_what_held_its_sms_as_it_starte
         kernels += [dict(name=name, start_ns=base, end_ns=base + 1250, ctas=80, **ONE_PER_SM),
                     dict(name=f"hog_{name}", start_ns=base + hog[0], end_ns=base + hog[1], ctas=40, **ONE_PER_SM)]
     rows = _by_name(_attr(tmp_path, kernels=kernels))
-    assert rows["after"]["explained"]["sm"] == 0 and rows["tail"]["explained"]["sm"] == 0
-    through = rows["through"]
+    assert rows["after"]["explained"]["sm"] == 0 and rows["after"]["corunner_sms"] == approx(40)
+    through, tail = rows["through"], rows["tail"]
     assert through["overlap_fraction"] == 1 and through["explained"]["sm"] == approx(80 / 60 - 1)
-    assert rows["tail"]["corunner_sms"] == approx(40) and rows["after"]["overlap_fraction"] == approx(1150 / 1250)
+    assert tail["overlap_fraction"] == approx(0.1) and tail["explained"]["sm"] == approx(_whole(0.1, 80 / 60 - 1))
 
 
 def test_sm_model_shares_sms_with_co_runners_that_fit_beside(tmp_path):
