@@ -615,3 +615,18 @@ def test_activity_order_checked_across_runs_and_batches():
     last = []
     for b in (batch(["a", "a"], [0, 3]), batch(["a", "b"], [3, 0]), batch(["c"], [0])):
         engine._in_order(b, last)
+
+
+def test_held_from_start_in_small_pieces_equals_one_piece(monkeypatch):
+    """The SMs exclusive co-runners held from each activity's start, computed over its (activity, co-runner) pairs in
+    pieces of 7 pairs, equal those computed at once (3000 random intervals, 40% of them exclusive)."""
+    rng = np.random.default_rng(1)
+    start = np.sort(rng.integers(0, 100_000, 3000))
+    end = start + rng.integers(0, 3000, 3000)
+    w = np.where(rng.random(3000) < 0.4, rng.integers(1, 132, 3000), 0)
+    b = sweeps.Boundaries.of(start, end)
+    at_start = b.level(w)[b.i_start]
+    whole = sweeps._held_from_start(start, end, w, at_start)
+    monkeypatch.setattr(sweeps, "PAIR_CHUNK", 7)
+    pieces = sweeps._held_from_start(start, end, w, at_start)
+    assert np.array_equal(whole, pieces) and (whole > 0).sum() > 1000

@@ -147,6 +147,9 @@ def overlap(start: np.ndarray, end: np.ndarray, cls: np.ndarray, sm_held: np.nda
     return DeviceOverlap(per, _totals(b, n[COMM] > 0, n[COMPUTE] > 0, span), b)
 
 
+PAIR_CHUNK = 1 << 20  # (victim, interval) pairs of _held_from_start held at once
+
+
 def _held_from_start(start: np.ndarray, end: np.ndarray, w: np.ndarray, at_start: np.ndarray) -> np.ndarray:
     """Per interval v: the integral over v of the weight ``w`` of the other intervals already running at its start
     (``at_start``: their summed weight there, v's own included while it has a length), each up to its end or v's:
@@ -163,19 +166,28 @@ def _held_from_start(start: np.ndarray, end: np.ndarray, w: np.ndarray, at_start
     order = ex[np.argsort(end[ex], kind="stable")]
     ends, starts, weights = end[order], start[order], w[order]
     lo = np.searchsorted(ends, start[victims], side="right")  # ends after its start...
-    hi = np.searchsorted(ends, end[victims], side="right")    # ...up to its end
-    count = hi - lo
-    v = np.repeat(victims, count)
-    c = np.arange(count.sum()) - np.repeat(np.cumsum(count) - count, count) + np.repeat(lo, count)
-    running = starts[c] <= start[v]  # already running at its start (itself among them, ending at its end)
-    v, c = v[running], c[running]
-    n = len(start)
-    # exact in integers: each such interval's weight times its time inside v, and their summed weight
-    inside = np.bincount(v, weights=(weights[c] * (ends[c] - start[v])).astype(np.float64), minlength=n)
-    ending = np.bincount(v, weights=weights[c].astype(np.float64), minlength=n)
-    total = np.rint(inside).astype(np.int64) + dur * (at_start - np.rint(ending).astype(np.int64))
-    out[victims] = (total - own * dur)[victims]
-    return np.maximum(out, 0)
+    count = np.searchsorted(ends, end[victims], side="right") - lo  # ...up to its end
+    inside = np.zeros(len(victims), dtype=np.float64)
+    ending = np.zeros(len(victims), dtype=np.float64)
+    # the (victim, interval) pairs in pieces of about PAIR_CHUNK, so that memory stays that of one piece
+    cum = np.cumsum(count)
+    a = 0
+    while a < len(victims):
+        b = max(a + 1, int(np.searchsorted(cum, (cum[a - 1] if a else 0) + PAIR_CHUNK, side="right")))
+        k = count[a:b]
+        v = np.repeat(np.arange(a, b), k)
+        c = np.arange(k.sum()) - np.repeat(np.cumsum(k) - k, k) + np.repeat(lo[a:b], k)
+        running = starts[c] <= start[victims[v]]  # already running at its start (itself among them)
+        v, c = v[running], c[running]
+        # exact in integers: each such interval's weight times its time inside v, and their summed weight
+        inside[a:b] += np.bincount(v - a, weights=(weights[c] * (ends[c] - start[victims[v]])).astype(np.float64),
+                                   minlength=b - a)
+        ending[a:b] += np.bincount(v - a, weights=weights[c].astype(np.float64), minlength=b - a)
+        a = b
+    d = dur[victims]
+    total = np.rint(inside).astype(np.int64) + d * (at_start[victims] - np.rint(ending).astype(np.int64))
+    out[victims] = np.maximum(total - own[victims] * d, 0)
+    return out
 
 
 def _totals(b: Boundaries, comm: np.ndarray, compute: np.ndarray, span: tuple[int, int | None] | None = None) \
