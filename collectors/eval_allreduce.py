@@ -14,63 +14,31 @@ Prints CUDA-event timings per rank (alone vs beside) like ``known_cause.py``.
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
 import sys
 
 
-def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--gemm", type=int, default=8192, help="M=N=K of the victim GEMM")
-    p.add_argument("--mib", type=int, default=256, help="all-reduce size in MiB (bf16)")
-    p.add_argument("--reps", type=int, default=20, help="victim launches per case (>= 20)")
-    p.add_argument("--profile-range", action="store_true", help="cudaProfilerStart/Stop around the measured part")
-    return p.parse_args(argv)
+def parse_args(argv=None):
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from gemm_allreduce import parse_args as parse  # type: ignore[import-not-found]
+
+    return parse(__doc__, argv)
 
 
 def main(argv=None) -> None:
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import torch
     import torch.distributed as dist
+    from gemm_allreduce import Rank  # type: ignore[import-not-found]
     from labels import case_range  # type: ignore[import-not-found]
 
     args = parse_args(argv)
-    if args.reps < 20:
-        raise SystemExit("--reps must be >= 20")
-    local = int(os.environ.get("LOCAL_RANK", "0"))
-    torch.cuda.set_device(local)
-    dev = torch.device("cuda", local)
-    dist.init_process_group("nccl", device_id=dev)
-    rank, world = dist.get_rank(), dist.get_world_size()
-    S = torch.cuda.get_device_properties(local).multi_processor_count
+    r = Rank(args, seed=3)
+    dev, rank, world, S, local = r.dev, r.rank, r.world, r.sms, r.local
     max_ctas = os.environ.get("NCCL_MAX_CTAS", "default")
-    gen = torch.Generator(device="cuda").manual_seed(rank + 3)
-    n = args.gemm
-    a = torch.randn(n, n, device=dev, dtype=torch.bfloat16, generator=gen)
-    b = torch.randn(n, n, device=dev, dtype=torch.bfloat16, generator=gen)
-    c = torch.empty(n, n, device=dev, dtype=torch.bfloat16)
-    x = torch.randn(args.mib * 2**20 // 2, device=dev, dtype=torch.bfloat16, generator=gen)
-    victim, comm = torch.cuda.Stream(), torch.cuda.Stream()
-    reps = args.reps
-
-    def gemm():
-        torch.matmul(a, b, out=c)
-
-    def allreduce():
-        dist.all_reduce(x)  # sums grow 2x a call: ~100 calls stay far under bf16's range; values don't matter
-
-    def ev():
-        return torch.cuda.Event(enable_timing=True)
-
-    def timed(fn, count, stream):
-        s, e = ev(), ev()
-        with torch.cuda.stream(stream):
-            s.record()
-            for _ in range(count):
-                fn()
-            e.record()
-        return s, e
+    n, reps = args.gemm, args.reps
+    victim, comm, gemm, allreduce, timed = r.victim, r.comm, r.gemm, r.allreduce, r.timed
 
     for _ in range(3):  # warm-up: cuBLAS handle and kernel choice, NCCL communicator and channels
         with torch.cuda.stream(victim):

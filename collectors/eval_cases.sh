@@ -45,6 +45,26 @@ profile() {
   ls -la "$OUT"
 }
 
+# torchrun_step STEP [NCCL_VAR=VALUE ...]: collectors/eval_STEP.py on GPUs 0 and 1 under torchrun, one nsys around
+# it, with NVLS off and the NCCL variables given (set for this step alone) -> $OUT/eval_STEP_<gpu>x2.sqlite.xz and .log
+torchrun_step() {
+  local step="$1"; shift
+  rm -f "$W/eval_$step"*
+  {
+    echo "### gpu ${gpu}x2 ($ngpu GPUs)"; versions
+    if [ "$ngpu" -lt 2 ]; then
+      echo "$step: needs 2 GPUs, found $ngpu: skipped"
+    else
+      # the group runs in a subshell (it is piped to tee): the exports end with the step
+      export NCCL_NVLS_ENABLE=0 CUDA_VISIBLE_DEVICES=0,1 "$@"
+      echo "NCCL_NVLS_ENABLE=0 ${*:-(NCCL_MAX_CTAS unset)}"
+      nvidia-smi topo -m 2>&1 | head -4
+      profile "eval_$step" "eval_${step}_${gpu}x2" all 240 \
+          torchrun --nproc-per-node 2 "$C/eval_$step.py" --profile-range
+    fi
+  } 2>&1 | tee "$OUT/eval_${step}_${gpu}x2.log"
+}
+
 for step in ${EVAL_STEPS:-cases}; do
   case "$step" in
     cases)
@@ -53,34 +73,8 @@ for step in ${EVAL_STEPS:-cases}; do
         echo "### gpu $gpu"; versions
         profile eval_cases "eval_cases_$gpu" 0 300 python3 "$C/eval_cases.py" --profile-range "$@"
       } 2>&1 | tee "$OUT/eval_cases_$gpu.log" ;;
-    allreduce)
-      rm -f "$W"/eval_allreduce*
-      {
-        echo "### gpu ${gpu}x2 ($ngpu GPUs)"; versions
-        if [ "$ngpu" -lt 2 ]; then
-          echo "allreduce: needs 2 GPUs, found $ngpu: skipped"
-        else
-          export NCCL_MAX_CTAS=16 NCCL_MIN_CTAS=16 NCCL_NVLS_ENABLE=0 CUDA_VISIBLE_DEVICES=0,1
-          echo "NCCL_MAX_CTAS=$NCCL_MAX_CTAS NCCL_MIN_CTAS=$NCCL_MIN_CTAS NCCL_NVLS_ENABLE=$NCCL_NVLS_ENABLE"
-          nvidia-smi topo -m 2>&1 | head -4
-          profile eval_allreduce "eval_allreduce_${gpu}x2" all 240 \
-              torchrun --nproc-per-node 2 "$C/eval_allreduce.py" --profile-range
-        fi
-      } 2>&1 | tee "$OUT/eval_allreduce_${gpu}x2.log" ;;
-    comm)
-      rm -f "$W"/eval_comm*
-      {
-        echo "### gpu ${gpu}x2 ($ngpu GPUs)"; versions
-        if [ "$ngpu" -lt 2 ]; then
-          echo "comm: needs 2 GPUs, found $ngpu: skipped"
-        else
-          export NCCL_NVLS_ENABLE=0 CUDA_VISIBLE_DEVICES=0,1
-          echo "NCCL_NVLS_ENABLE=$NCCL_NVLS_ENABLE (NCCL_MAX_CTAS unset)"
-          nvidia-smi topo -m 2>&1 | head -4
-          profile eval_comm "eval_comm_${gpu}x2" all 240 \
-              torchrun --nproc-per-node 2 "$C/eval_comm.py" --profile-range
-        fi
-      } 2>&1 | tee "$OUT/eval_comm_${gpu}x2.log" ;;
+    allreduce) torchrun_step allreduce NCCL_MAX_CTAS=16 NCCL_MIN_CTAS=16 ;;
+    comm) torchrun_step comm ;;
     *) echo "unknown step $step (cases, allreduce, comm)" ;;
   esac
 done

@@ -16,19 +16,16 @@ Prints CUDA-event timings per rank (alone vs beside).
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
 import sys
 
 
-def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--gemm", type=int, default=8192, help="M=N=K of the GEMM")
-    p.add_argument("--mib", type=int, default=256, help="all-reduce size in MiB (bf16)")
-    p.add_argument("--reps", type=int, default=20, help="victim launches per case (>= 20)")
-    p.add_argument("--profile-range", action="store_true", help="cudaProfilerStart/Stop around the measured part")
-    return p.parse_args(argv)
+def parse_args(argv=None):
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from gemm_allreduce import parse_args as parse  # type: ignore[import-not-found]
+
+    return parse(__doc__, argv)
 
 
 def main(argv=None) -> None:
@@ -38,51 +35,23 @@ def main(argv=None) -> None:
     import torch
     import torch.distributed as dist
     from eval_cases import SRC  # type: ignore[import-not-found]
+    from gemm_allreduce import Rank  # type: ignore[import-not-found]
     from labels import case_range  # type: ignore[import-not-found]
 
     args = parse_args(argv)
-    if args.reps < 20:
-        raise SystemExit("--reps must be >= 20")
-    local = int(os.environ.get("LOCAL_RANK", "0"))
-    torch.cuda.set_device(local)
-    dev = torch.device("cuda", local)
-    dist.init_process_group("nccl", device_id=dev)
-    rank, world = dist.get_rank(), dist.get_world_size()
-    S = torch.cuda.get_device_properties(local).multi_processor_count
-    gen = torch.Generator(device="cuda").manual_seed(rank + 5)
-    n = args.gemm
-    a = torch.randn(n, n, device=dev, dtype=torch.bfloat16, generator=gen)
-    b = torch.randn(n, n, device=dev, dtype=torch.bfloat16, generator=gen)
-    c = torch.empty(n, n, device=dev, dtype=torch.bfloat16)
-    x = torch.randn(args.mib * 2**20 // 2, device=dev, dtype=torch.bfloat16, generator=gen)
-    victim, comm, spin = torch.cuda.Stream(), torch.cuda.Stream(), torch.cuda.Stream()
+    r = Rank(args, seed=5)
+    rank, world, S, local = r.rank, r.world, r.sms, r.local
+    n, reps = args.gemm, args.reps
+    victim, comm, gemm, allreduce, timed, sync = r.victim, r.comm, r.gemm, r.allreduce, r.timed, r.sync
+    spin = torch.cuda.Stream()
     with cp.cuda.Device(local):
         k_resident = cp.RawModule(code=SRC, options=("-std=c++17",)).get_function("resident_spin")
         k_resident.preferred_shared_memory_carveout = 100  # max shared: the NCCL CTAs must fit beside it
         sink = cp.zeros(1024, dtype=cp.int32)
-    reps = args.reps
-
-    def gemm():
-        torch.matmul(a, b, out=c)
-
-    def allreduce():
-        dist.all_reduce(x)  # sums grow 2x a call: ~100 calls stay far under bf16's range; values don't matter
 
     def resident(duration_ns: float):
         with cp.cuda.Device(local), cp.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream):
             k_resident((2 * S,), (128,), (np.uint64(int(duration_ns)), sink))
-
-    def ev():
-        return torch.cuda.Event(enable_timing=True)
-
-    def timed(fn, count, stream):
-        s, e = ev(), ev()
-        with torch.cuda.stream(stream):
-            s.record()
-            for _ in range(count):
-                fn()
-            e.record()
-        return s, e
 
     for _ in range(3):  # warm-up: cuBLAS handle and kernel choice, NCCL communicator and channels, the spin kernel
         with torch.cuda.stream(victim):
@@ -99,11 +68,6 @@ def main(argv=None) -> None:
     gl = dict(m=n, n=n, k=n, dtype="bf16")
     al = dict(bytes=args.mib * 2**20, world=world)
 
-    def sync():
-        torch.cuda.synchronize()
-        dist.barrier()
-        torch.cuda.synchronize()
-
     sync()
     with case_range("allreduce_alone", corunner="none", reps=reps, dtype="bf16", **al):
         s, e = timed(allreduce, reps, comm)
@@ -116,7 +80,7 @@ def main(argv=None) -> None:
     gemm_alone = s.elapsed_time(e) / reps
 
     # as many all-reduces as cover the GEMMs twice over, the same on all ranks
-    count = torch.tensor([math.ceil(2 * gemm_alone * reps / ar_alone) + 1], device=dev)
+    count = torch.tensor([math.ceil(2 * gemm_alone * reps / ar_alone) + 1], device=r.dev)
     dist.all_reduce(count, op=dist.ReduceOp.MAX)
     count = int(count.item())
     sync()
