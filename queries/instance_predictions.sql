@@ -81,9 +81,7 @@ WITH inst AS (
            least(CASE WHEN i.ctas <= coalesce(n.ctas_per_sm, i.launch_occupancy) * i.sm_count
                       THEN coalesce(i.exclusive_sms_start, 0) ELSE coalesce(i.exclusive_sms, 0) END, i.sm_count)
                AS taken,
-           -- SMs co-runners that fit beside its CTAs held, on average while it ran
-           greatest(0, least(coalesce(i.corunner_sms, 0), i.sm_count) - least(coalesce(i.exclusive_sms, 0),
-                                                                                i.sm_count)) AS shared,
+           least(coalesce(i.exclusive_sms, 0), i.sm_count) AS held_exclusive,
            coalesce(p.dram_pct_iso, n.dram_pct) AS r_v, i.co_dram_pct AS r_c, i.dram_pct AS c_dram,
            p.gpc_clock_mhz_iso AS clock_iso, i.gpc_clock_mhz AS clock, p.power_w_iso AS power_iso, i.power_w,
            n.l2_hit_pct, n.working_set_bytes, i.co_working_set_bytes, d.l2_bytes,
@@ -147,6 +145,8 @@ WITH inst AS (
 ), shaped AS (
     SELECT inst.*,
            s_count - taken AS free,
+           -- SMs co-runners that fit beside its CTAs held, on average while it ran
+           greatest(0, held - held_exclusive) AS shared,
            coalesce(r_v >= memory_bound_frac * sat, false) AS memory_bound,
            x.activity_id IS NOT NULL AS extra_traffic,
            coalesce(r_c >= footprint_min_pct, false) OR coalesce(co_working_set_bytes > 0, false) AS footprint_alone,

@@ -296,22 +296,10 @@ def _joined(parts: list[dict]) -> dict:
 
 def _waits(con: duckdb.DuckDBPyConnection) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Per run, the collectives that waited for another rank (``_collective_arrivals``): their activity ids, sorted,
-    and the wait each is compared without (duration - work_ns). Empty where the view is not there (a connection
-    prepared by an older chain of views)."""
-    try:
-        table = con.sql("SELECT run_id, activity_id, dur_ns - work_ns AS wait_ns FROM _collective_arrivals "
-                        "WHERE work_ns < dur_ns ORDER BY run_id, activity_id").to_arrow_table()
-    except duckdb.CatalogException:
-        return {}
-    out = {}
-    runs = table.column("run_id").to_pylist()
-    ids = table.column("activity_id").to_numpy()
-    waits = table.column("wait_ns").to_numpy().astype(np.float64)
-    bounds = [0, *(i for i in range(1, len(runs)) if runs[i] != runs[i - 1]), len(runs)]
-    for a, b in zip(bounds[:-1], bounds[1:], strict=True):
-        if b > a:
-            out[runs[a]] = (ids[a:b], waits[a:b])
-    return out
+    and the wait each is compared without (duration - work_ns)."""
+    rows = con.sql("SELECT run_id, list(activity_id ORDER BY activity_id), list(dur_ns - work_ns ORDER BY activity_id) "
+                   "FROM _collective_arrivals WHERE work_ns < dur_ns GROUP BY run_id").fetchall()
+    return {run: (np.array(ids, dtype=np.int64), np.array(waits, dtype=np.float64)) for run, ids, waits in rows}
 
 
 class _Texts:
