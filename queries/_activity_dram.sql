@@ -1,6 +1,7 @@
 -- _activity_dram: every GPU activity with the DRAM bandwidth it uses when it runs alone.
 -- An activity takes the device-wide DRAM rate measured during its signature's isolated instances (nothing else
--- on the device), else the isolated rate Nsight Compute measured for its signature (_ncu_demand); a copy
+-- on the device), else the rate measured while one of its instances ran alone for a stretch (_solo_rates), else the
+-- isolated rate Nsight Compute measured for its signature (_ncu_demand); a copy
 -- without isolated instances is estimated from its bytes (a same-device copy reads and writes them).
 -- Activities with neither (no GPU metrics, no profile) count 0.
 -- columns:
@@ -29,6 +30,7 @@ WITH acts AS (
     SELECT run_id, device_id, sig, dram_pct, working_set_bytes FROM _ncu_demand
 )
 SELECT a.run_id, a.device_id, a.activity_id, a.start_ns, a.end_ns,
-       coalesce(r.dram_pct, p.dram_pct, a.estimate, 0) AS dram_pct, p.working_set_bytes
+       coalesce(r.dram_pct, s.dram_pct, p.dram_pct, a.estimate, 0) AS dram_pct, p.working_set_bytes
 FROM acts a LEFT JOIN rates r USING (run_id, device_id, sig)
+LEFT JOIN _solo_rates s USING (run_id, device_id, sig)
 LEFT JOIN profiled p USING (run_id, device_id, sig)

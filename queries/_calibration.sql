@@ -15,7 +15,7 @@
 --   calibration_rows   INTEGER  known-cause rows the constants come from
 SELECT 0.1739::DOUBLE AS sm_band,
        0.128804::DOUBLE AS dram_bw_band,
-       1.266081::DOUBLE AS dram_bw_copy_band,
+       1.28411::DOUBLE AS dram_bw_copy_band,
        0.409853::DOUBLE AS cache_band,
        NULL::DOUBLE AS clock_band,
        NULL::DOUBLE AS link_band,

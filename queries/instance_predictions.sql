@@ -19,7 +19,8 @@
 --     theirs: an equal share of the issue slots, x = 1.
 -- DRAM: when the victim's and co-runners' isolated rates together exceed saturation, and the rate measured during
 --     the instance shows DRAM busy (dram_busy_frac of saturation; no metrics: the demand alone), the bandwidth is
---     shared max-min fairly: the victim keeps min(r_v, max(sat/2, sat - r_c)), x = r_v / that - 1.
+--     shared in proportion to demand: the victim keeps sat * r_v / (r_v + r_c), x = (r_v + r_c) / sat - 1 (every
+--     stream waits on the same queue, so each is slowed by the demand's excess over what DRAM serves).
 -- cache: for kernels (a copy engine streams, with no reuse to lose), beside co-runners with a footprint (isolated DRAM
 --     rate >= footprint_min_pct, or a profiled working set), with DRAM busy where the demand alone saturates it (else
 --     busy DRAM is the demand's own traffic): the victim's L2 reuse lost. Co-runners
@@ -101,11 +102,14 @@ WITH inst AS (
     CROSS JOIN _thresholds t CROSS JOIN _calibration k
     WHERE i.overlap_ns > 0 AND b.t0_ns > 0
 ), known_demand AS (
-    -- signatures whose DRAM rate alone was measured: an isolated instance with GPU metrics, or a Nsight Compute profile
+    -- signatures whose DRAM rate alone was measured: an isolated instance with GPU metrics, samples taken while one
+    -- of its instances ran alone for a stretch, or a Nsight Compute profile
     SELECT DISTINCT r.run_id, r.device_id, r.sig
     FROM _activity_rows r JOIN _instance_overlap o USING (run_id, device_id, activity_id)
     JOIN _instance_metrics m USING (run_id, device_id, activity_id)
     WHERE o.overlap_ns = 0 AND r.dur_ns > 0 AND m.dram_pct IS NOT NULL
+    UNION
+    SELECT run_id, device_id, sig FROM _solo_rates
     UNION
     SELECT run_id, device_id, sig FROM _ncu_demand WHERE dram_pct IS NOT NULL
 ), unknown_demand AS (
@@ -154,8 +158,8 @@ WITH inst AS (
                OR x.activity_id IS NOT NULL AS footprint,
            -- the witness: DRAM measured busy during the instance (NULL without GPU metrics)
            c_dram >= dram_busy_frac * sat AS measured_busy,
-           -- the victim's DRAM share, max-min fair against the co-runners' demand
-           least(r_v, greatest(sat / 2, sat - coalesce(r_c, 0))) AS dram_kept
+           -- the victim's DRAM share: its demand, or past saturation its part of it in proportion to demand
+           CASE WHEN r_v + coalesce(r_c, 0) > sat THEN sat * r_v / (r_v + coalesce(r_c, 0)) ELSE r_v END AS dram_kept
     FROM inst LEFT JOIN extra_traffic x USING (run_id, activity_id)
 ), in_overlap AS (
     -- each factor's slowdown while overlapped (x), from demand and the device alone

@@ -170,10 +170,10 @@ def test_without_gpu_metrics_ncu_dram_demand_explains_the_add(no_metrics_run):
     f, co = r["overlap_fraction"], r["co_dram_pct"]
     assert co > 0  # the copy, estimated from its bytes
     # no measured DRAM rate: the profiled demand decides. The add's own alone rate is the saturation (above the 88%
-    # floor); max-min sharing leaves it max(sat/2, sat - co) of its rate sat: x = sat / max(sat/2, sat - co) - 1,
+    # floor); shared in proportion to demand, it keeps sat x sat / (sat + co): x = (sat + co) / sat - 1,
     # over the overlapped share f: f x / (1 + x - f x) (medians over instances: f and the copy's rate vary a little)
     sat = r["ncu_dram_pct"]
-    x = sat / max(sat / 2, sat - co) - 1
+    x = (sat + co) / sat - 1
     point = r["explained"]["dram_bw"]
     assert point == approx(f * x / (1 + x - f * x), rel=0.02) and point > 0
     lo, hi = r["explained_interval"]["dram_bw"]

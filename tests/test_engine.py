@@ -39,6 +39,7 @@ TABLES = {
     "_corunner_dram": ("activity_id", "own_dram_pct", "co_dram_pct", "co_working_set_bytes"),
     "_activity_occurrence": ("activity_id", "scope_id", "step_start_ns", "step_text", "occurrence"),
     "_activity_dram": ("activity_id", "start_ns", "end_ns", "dram_pct", "working_set_bytes"),
+    "_solo_rates": ("sig", "dram_pct", "samples"),
     # every column the one pass per device gives (the views above are projections of it)
     "_instance_sweeps": ("activity_id", *SWEPT.names),
     "_activity_rows": ("activity_id", "activity", "kind", "start_ns", "end_ns", "sm_held", "sig"),
@@ -86,7 +87,7 @@ def _assert_equal(got: dict[str, list[tuple]], want: dict[str, list[tuple]]) -> 
 def _assert_same(run) -> None:
     engine, reference = _rows(run, "engine"), _rows(run, "sql")
     for table in TABLES:
-        if table not in ("_instance_metrics", "_activity_occurrence"):  # traces without metrics, without NVTX
+        if table not in ("_instance_metrics", "_activity_occurrence", "_solo_rates"):  # without metrics, NVTX
             assert engine[table], table
     _assert_equal(engine, reference)
 
@@ -189,6 +190,26 @@ def test_boundaries_are_the_distinct_times_and_each_intervals_index(intervals, i
     assert b.t.tolist() == times
     assert b.i_start.tolist() == [times.index(s) for s in start.tolist()]
     assert b.i_end.tolist() == [times.index(e) for e in end.tolist()]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 60), min_size=0, max_size=20, unique=True),
+       st.lists(st.tuples(st.integers(0, 50), st.integers(1, 20)), min_size=1, max_size=8))
+def test_solo_samples_match_brute_force(times, intervals):
+    """A sample is solo for interval j when, on every time cell from its previous sample to its next, j and nothing
+    else is active, and no other interval starts or ends strictly between them."""
+    ts = np.array(sorted(times), dtype=np.int64)
+    start = np.array([s for s, _ in intervals], dtype=np.int64)
+    end = start + np.array([d for _, d in intervals], dtype=np.int64)
+    k, who = sweeps.solo_samples(sweeps.Boundaries.of(start, end), ts)
+    want = []
+    for i in range(1, len(ts) - 1):
+        lo, hi = int(ts[i - 1]), int(ts[i + 1])
+        active = [{j for j in range(len(start)) if start[j] <= c < end[j]} for c in range(lo, hi)]
+        cut = any(lo < t < hi for t in (*start.tolist(), *end.tolist()))
+        if not cut and all(len(a) == 1 for a in active) and len({min(a) for a in active}) == 1:
+            want.append((i, min(active[0])))
+    assert list(zip(k.tolist(), who.tolist(), strict=True)) == want
 
 
 @settings(max_examples=100, deadline=None)

@@ -11,6 +11,7 @@ import random
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -87,7 +88,12 @@ def test_synthetic_predictions_ignore_the_overlapped_durations(tmp_path):
 
 def _shortened_copy(src: Path, dst: Path, factor: float) -> int:
     """A copy of the run store at ``src`` whose kernels that run entirely inside another, longer activity on the same
-    device (the victims of the known-cause cases) end ``factor`` of their duration after they start."""
+    device (the victims of the known-cause cases) end ``factor`` of their duration after they start.
+
+    The GPU-metric samples taken in the time a shortened kernel no longer covers are dropped: they measured that
+    kernel running, and in the changed trace nothing says what ran there instead (a sampler gap). Left in, they would
+    be a measurement of whatever the changed trace shows alone there (its co-runner), made while the victim ran: a
+    world that no GPU gives. Every other sample stays as measured."""
     shutil.copytree(src, dst)
     n = 0
     for path in sorted(dst.glob("runs/*/kernels.parquet")):
@@ -98,15 +104,25 @@ def _shortened_copy(src: Path, dst: Path, factor: float) -> int:
         order = sorted(range(len(start)), key=lambda i: (dev[i], start[i]))
         new_end = end.copy()
         longest = {}  # per device: the latest end of the activities started so far
+        freed = []  # (device, new end, old end) of each shortened kernel
         for i in order:
             cover = longest.get(dev[i], -1)
             if cover >= end[i]:
                 new_end[i] = start[i] + int((end[i] - start[i]) * factor)
+                freed.append((dev[i], new_end[i], end[i]))
                 n += 1
             longest[dev[i]] = max(cover, end[i])
         t = t.set_column(t.schema.get_field_index("end_ns"), "end_ns", pa.array(new_end, pa.int64()))
         t = t.set_column(t.schema.get_field_index("dur_ns"), "dur_ns", pc.subtract(t["end_ns"], t["start_ns"]))
         pq.write_table(t, path, compression="zstd")
+        metrics = path.with_name("gpu_metrics.parquet")
+        if freed and metrics.exists():
+            m = pq.read_table(metrics)
+            ts, mdev = m.column("ts_ns").to_numpy(), m.column("device_id").to_numpy()
+            keep = np.ones(len(ts), dtype=bool)
+            for d, lo, hi in freed:
+                keep &= ~((mdev == d) & (ts > lo) & (ts < hi))
+            pq.write_table(m.filter(pa.array(keep)), metrics, compression="zstd")
     without_digests(dst)  # files rewritten on purpose: the store is read by sizes and footers, as one written before
     return n
 

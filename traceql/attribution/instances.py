@@ -25,7 +25,8 @@ UPSTREAM = ("devices", "_kernel_sigs", "_ncu_demand", "_activity_rows", "_signat
 WAITS = ("collective_waits", "rank_waits")
 # the reference SQL of the engine's stages, computed once when prepare(sweeps="sql")
 SQL_STAGES = {"_instance_sweeps": ("_activity_steps", "_instance_overlap", "_device_unions", "_metric_samples",
-                                   "_instance_metrics", "_activity_dram", "_corunner_dram", "_instance_sweeps")}
+                                   "_instance_metrics", "_solo_rates", "_activity_dram", "_corunner_dram",
+                                   "_instance_sweeps")}
 NVTX_GROUPS_SQL = """
 CREATE OR REPLACE VIEW _activity_groups AS
 WITH rule AS (

@@ -258,6 +258,8 @@ def _map(groups: Iterator[tuple[tuple[str, int], Columns]], work: Callable[[tupl
             yield from f.result()
 
 
+SOLO_SCHEMA = pa.schema([("run_id", pa.string()), ("device_id", pa.int32()), ("sig", pa.uint64()),
+                        ("dram_pct", pa.float64()), ("samples", pa.int64())])
 UNIONS_SCHEMA = pa.schema([("run_id", pa.string()), ("device_id", pa.int32()), ("compute_ns", pa.int64()),
                           ("comm_ns", pa.int64()), ("overlap_ns", pa.int64())])
 OVERLAP_COLUMNS = ("comm_overlap_ns", "compute_overlap_ns", "copy_overlap_ns", "overlap_ns", "corunner_sm_ns",
@@ -573,8 +575,8 @@ def _sweeps(con: duckdb.DuckDBPyConnection) -> None:
     1. the overlap of each activity by each co-runner class and the SM·ns its co-runners held (``sweeps.overlap``);
     2. the GPU-metric means over it (``sweeps.sample_means``);
     3. its isolated DRAM rate: the median GPU-metric DRAM rate of its signature's instances that ran alone on the
-       device, else its Nsight Compute profile's, else the copy's own bytes over its duration, else 0
-       (``_activity_dram``);
+       device, else of the samples taken while one of them ran alone for a stretch (``_solo_rates``), else its
+       Nsight Compute profile's, else the copy's own bytes over its duration, else 0 (``_activity_dram``);
     4. its co-runners' isolated DRAM rate and working sets while they overlapped it (``_corunner_dram``);
     5. its launch context and the NVML sample at its midpoint.
 
@@ -643,8 +645,13 @@ def _sweeps(con: duckdb.DuckDBPyConnection) -> None:
 
         out.update(_metric_means(a["_samples"], start[own], end[own]))
         # a device in one window: its own activities are all there are, and their DRAM rates give the medians
-        alone = stats.group_medians(*_alone(sig, dur, over, out["dram_pct"])) if a["_span"] is None else medians[key]
-        rate, ws = _isolated_dram(a, sig, dur, alone, bandwidth, dtod,
+        if a["_span"] is None:
+            alone = stats.group_medians(*_alone(sig, dur, over, out["dram_pct"]))
+            solo = _solo_medians(*_solo(res.boundaries, sig, own, a["_samples"]))
+        else:
+            alone, solo = medians[key]
+        out["_solo"] = solo
+        rate, ws = _isolated_dram(a, sig, dur, alone, solo[:2], bandwidth, dtod,
                                   demand.get(key, (np.zeros(0, np.uint64), np.zeros(0), np.zeros(0))))
         out["own_dram_pct"], out["working_set_bytes"] = rate[own], ws[own]
         co_rate, co_ws = _corunner_demand(res.boundaries, dur, over, rate, ws)
@@ -663,9 +670,11 @@ def _sweeps(con: duckdb.DuckDBPyConnection) -> None:
         return out
 
     unions: dict[tuple[str, int], Columns] = {}
+    solo_rates: dict[tuple[str, int], Columns] = {}
 
     def done():
         for key, cols in _map(inputs(), work):
+            solo_rates[key] = dict(zip(("sig", "dram_pct", "samples"), cols.pop("_solo"), strict=True))
             totals = cols.pop("_totals")
             if key in unions:  # a later window of the device
                 totals = {k: v + int(unions[key][k][0]) for k, v in totals.items()}
@@ -683,6 +692,7 @@ def _sweeps(con: duckdb.DuckDBPyConnection) -> None:
         for c in cursors:
             c.close()
     _publish(con, "_device_unions", list(unions.items()), UNIONS_SCHEMA)
+    _publish(con, "_solo_rates", [(k, v) for k, v in solo_rates.items() if len(v["sig"])], SOLO_SCHEMA)
     # the activity rows are read from it from now on
     con.execute(f"CREATE OR REPLACE VIEW _activity_rows AS SELECT {', '.join(activity.names)} FROM _instance_parts")
     duck.drop_file(con, "_materialized__activity_rows")
@@ -709,11 +719,32 @@ def _alone(sig: np.ndarray, dur: np.ndarray, over: np.ndarray, dram: np.ndarray)
     return sig[alone], dram[alone]
 
 
+def _solo(b: sweeps.Boundaries, sig: np.ndarray, own: slice, samples: Columns | None) \
+        -> tuple[np.ndarray, np.ndarray]:
+    """The signatures and DRAM rates of the GPU-metric samples taken while one of the window's own activities ran
+    with nothing else on the device (:func:`sweeps.solo_samples`; ``b``: the boundaries of the window's context).
+    Such a stretch is whole in the window that owns the activity: every activity that overlaps it is there."""
+    if samples is None or len(samples["ts_ns"]) < 3:
+        return np.zeros(0, dtype=np.uint64), np.zeros(0)
+    k, who = sweeps.solo_samples(b, np.ma.getdata(samples["ts_ns"]))
+    mine = (who >= own.start) & (who < own.stop)
+    dram = np.ma.filled(samples["dram_pct"], np.nan)[k[mine]]
+    measured = ~np.isnan(dram)
+    return sig[who[mine]][measured], dram[measured]
+
+
+def _solo_medians(sig: np.ndarray, dram: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per signature (sorted), the median of its solo samples and their count."""
+    keys, medians = stats.group_medians(sig, dram)
+    return keys, medians, np.unique(sig, return_counts=True)[1].astype(np.int64)
+
+
 def _alone_medians(con: duckdb.DuckDBPyConnection, size: int, ordered: bool) \
-        -> dict[tuple[str, int], tuple[np.ndarray, np.ndarray]]:
+        -> dict[tuple[str, int], tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, ...]]]:
     """For each device of more than ``size`` activities (swept in several windows): per signature, the median
-    GPU-metric DRAM rate of its instances that ran alone (sorted signatures, medians), from a pass of its own over
-    the same windows (the overlap with anything else, and the DRAM rate means)."""
+    GPU-metric DRAM rate of its instances that ran alone (sorted signatures, medians), and that of its solo samples
+    (:func:`_solo_medians`), from a pass of its own over the same windows (the overlap with anything else, and the
+    DRAM rate means)."""
     large = f"{duck.KEPT}._large_devices"  # a table the cursors see (they do not see temporary ones)
     con.execute(f"CREATE OR REPLACE TABLE {large} AS SELECT run_id, device_id FROM _activity_rows "
                 f"GROUP BY ALL HAVING count(*) > {size}")
@@ -744,14 +775,18 @@ def _alone_medians(con: duckdb.DuckDBPyConnection, size: int, ordered: bool) \
         else:
             dram = sweeps.sample_means(np.ma.getdata(s["ts_ns"]), np.ma.filled(s["dram_pct"], np.nan),
                                        start[own], end[own])[0]
-        return dict(zip(("sig", "dram"), _alone(np.ma.getdata(a["sig"])[own], (end - start)[own], over, dram),
-                        strict=True))
+        sig = np.ma.getdata(a["sig"])
+        return dict(zip(("sig", "dram", "solo_sig", "solo_dram"),
+                        (*_alone(sig[own], (end - start)[own], over, dram), *_solo(b, sig, own, s)), strict=True))
 
-    medians: dict[tuple[str, int], tuple[np.ndarray, np.ndarray]] = {}
+    medians: dict[tuple[str, int], tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, ...]]] = {}
     key, found = None, []  # the device whose windows come, what they found
 
-    def medians_of(parts: list[Columns]) -> tuple[np.ndarray, np.ndarray]:
-        return stats.group_medians(*(np.concatenate([p[c] for p in parts]) for c in ("sig", "dram")))
+    def medians_of(parts: list[Columns]) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, ...]]:
+        def joined(c):
+            return np.concatenate([p[c] for p in parts])
+        return (stats.group_medians(joined("sig"), joined("dram")),
+                _solo_medians(joined("solo_sig"), joined("solo_dram")))
 
     try:
         for k, got in _map(inputs(), work):
@@ -781,15 +816,17 @@ def _metric_means(samples: Columns | None, start: np.ndarray, end: np.ndarray) -
 
 
 def _isolated_dram(a: Columns, sig: np.ndarray, dur: np.ndarray, medians: tuple[np.ndarray, np.ndarray],
-                   bandwidth: int | None, dtod: np.ndarray, demand: tuple[np.ndarray, np.ndarray, np.ndarray]) \
-        -> tuple[np.ndarray, np.ndarray]:
+                   solo: tuple[np.ndarray, np.ndarray], bandwidth: int | None, dtod: np.ndarray,
+                   demand: tuple[np.ndarray, np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """Each activity's isolated DRAM rate (% of peak): the median measured rate of its signature's instances that ran
-    alone on the device (``medians``: sorted signatures, medians), else its Nsight Compute profile's (``demand``:
-    sorted signatures, rates, working sets), else a copy's or set's own bytes over its duration (twice for
-    device-to-device copies), else 0; and its profiled working set (bytes; NaN where not profiled)."""
+    alone on the device (``medians``: sorted signatures, medians), else the median of the samples taken while one of
+    them ran alone for a stretch (``solo``, the same form), else its Nsight Compute profile's (``demand``: sorted
+    signatures, rates, working sets), else a copy's or set's own bytes over its duration (twice for device-to-device
+    copies), else 0; and its profiled working set (bytes; NaN where not profiled)."""
     own = stats.lookup(*medians, sig)
     ncu_sig, ncu_dram, ncu_ws = demand
-    fallbacks = [stats.lookup(ncu_sig, ncu_dram, sig)] if len(ncu_sig) else []
+    fallbacks = [stats.lookup(*solo, sig)] if len(solo[0]) else []
+    fallbacks += [stats.lookup(ncu_sig, ncu_dram, sig)] if len(ncu_sig) else []
     copy = ~np.ma.getdata(a["_kernel"]) & (dur > 0)
     if bandwidth is not None and bandwidth > 0 and copy.any():
         estimate = np.full(len(sig), np.nan)

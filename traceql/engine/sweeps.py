@@ -204,6 +204,24 @@ def _totals(b: Boundaries, comm: np.ndarray, compute: np.ndarray, span: tuple[in
             "overlap_ns": int(seg[comm & compute].sum())}
 
 
+def solo_samples(b: Boundaries, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The samples taken while one activity ran with nothing else on the device: sample k (of the sorted ``ts``)
+    whose neighbours [ts[k-1], ts[k+1]] lie in one segment where exactly one interval is active, whatever part of the
+    sampling period a sample stands for. Returns (sample indices, the index of that interval), in sample order."""
+    if len(ts) < 3 or len(b.t) < 2:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    n = len(b.i_start)
+    level = b.level()
+    # on a segment of one interval, the sum of (index + 1) over the intervals active is that interval's index + 1
+    who = b.level(weight=np.arange(1, n + 1, dtype=np.int64)) - 1
+    k = np.arange(1, len(ts) - 1)
+    seg = np.searchsorted(b.t, ts[k - 1], side="right") - 1  # t[seg] <= ts[k-1] < t[seg + 1]
+    inside = (seg >= 0) & (seg < len(b.t) - 1)
+    seg = np.clip(seg, 0, len(b.t) - 2)
+    solo = inside & (level[seg] == 1) & (ts[k + 1] <= b.t[seg + 1])
+    return k[solo], who[seg[solo]]
+
+
 def sample_means(ts: np.ndarray, values: np.ndarray, start: np.ndarray, end: np.ndarray
                  ) -> tuple[np.ndarray, np.ndarray]:
     """Mean of the samples in (start, end] per interval, else the last sample at or before start (NaN if none).
