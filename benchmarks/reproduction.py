@@ -174,9 +174,14 @@ def headline_section(result) -> str:
             ours_avg = ours_max = "not measured (see below)" if "power" in fig.name or "energy" in fig.name else "–"
             rows.append([f"`{fig.name}`", fig.text, paper_avg, paper_max, ours_avg, ours_max, "–"])
             continue
-        rows.append([f"`{fig.name}`", fig.text, paper_avg, paper_max, ci(r, "avg"), ci(r, "max"), r["configs"]])
+        left = r.get("clock_left_out") or 0
+        rows.append([f"`{fig.name}`", fig.text, paper_avg, paper_max, ci(r, "avg"), ci(r, "max"),
+                     f"{r['configs']}" + (f" ({left} left out: clocks)" if left else "")])
     text = [_md(rows, ["figure", "definition", "paper avg", "paper max", "here: average [95% CI]",
-                       "here: maximum [95% CI]", "configurations"])]
+                       "here: maximum [95% CI]", "configurations"]),
+            "- Left out (clocks): configurations whose modes ran at SM clocks different enough to turn a figure's "
+            "conclusion over on their own (taken at one clock, it lands on the other side of 0, or of 1 for the "
+            "efficiency, from its whole measured interval; docs/paper.md)."]
     for name in ("compute_slowdown", "seq_over_ovl"):
         fig = next(f for f in FIGURES if f.name == name)
         r = head.get(name)
@@ -551,8 +556,10 @@ def _training_finding(result, configs: list[dict], bd) -> str:
     for c in train:
         if c["max_ctas"] == ctas:
             by[c["config"] or c["workload"]].append(c)
-    if len(by) > 1:
-        avg = {k: result.average("compute_slowdown", cs) for k, cs in by.items()}
+    # a job whose every configuration's compute slowdown its modes' clocks alone explain has no average
+    avg = {k: a for k, a in ((k, result.average("compute_slowdown", cs)) for k, cs in by.items())
+           if a["avg"] is not None}
+    if len(avg) > 1:
         order = sorted(avg, key=lambda k: avg[k]["avg"])
         hi, lo = order[-1], order[0]
         sep = avg[lo]["avg_hi"] is not None and avg[hi]["avg_lo"] is not None and avg[lo]["avg_hi"] < avg[hi]["avg_lo"]

@@ -27,12 +27,13 @@
 --   energy_update    BOOLEAN  the energy counter changed since the sample before
 --   update_ns        BIGINT   when it changed: the midpoint between this sample and the one before (ns)
 --   power_limit_w    DOUBLE   enforced power limit (W)
+--   sm_clock_mhz     DOUBLE   SM clock of the sample (MHz)
 WITH spans AS (
     SELECT run_id, workload, op, dtype, bytes, max_ctas, config, mode, global_pid, device_id, mode_start_ns,
            min(first_start_ns) AS span_start_ns, max(last_end_ns) AS span_end_ns, count(*) AS iterations
     FROM paper_iterations GROUP BY ALL
 ), samples AS (
-    SELECT run_id, device_id, ts_ns, power_w, energy_j, power_limit_w,
+    SELECT run_id, device_id, ts_ns, power_w, energy_j, power_limit_w, sm_clock_mhz,
            energy_j IS DISTINCT FROM lag(energy_j) OVER w AND lag(energy_j) OVER w IS NOT NULL AS energy_update,
            (ts_ns + lag(ts_ns) OVER w) // 2 AS update_ns
     FROM power
@@ -44,7 +45,8 @@ WITH spans AS (
 SELECT sp.run_id, sp.workload, sp.op, sp.dtype, sp.bytes, sp.max_ctas, sp.config, sp.mode, sp.global_pid,
        sp.device_id, sp.mode_start_ns, sp.span_start_ns, sp.span_end_ns, sp.iterations,
        coalesce(d.run_samples, 0) AS run_samples, u.run_update_ns::DOUBLE AS run_update_ns, s.ts_ns, s.power_w,
-       s.energy_j, s.energy_update, CASE WHEN s.energy_update THEN s.update_ns END AS update_ns, s.power_limit_w
+       s.energy_j, s.energy_update, CASE WHEN s.energy_update THEN s.update_ns END AS update_ns, s.power_limit_w,
+       s.sm_clock_mhz
 FROM spans sp
 LEFT JOIN (SELECT run_id, device_id, count(*) AS run_samples FROM samples GROUP BY ALL) d
        ON d.run_id = sp.run_id AND d.device_id = sp.device_id

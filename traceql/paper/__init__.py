@@ -60,7 +60,9 @@ class Paper:
     def average(self, figure: str, configs: list[dict]) -> dict:
         """The average of ``figure`` over some of the ``configs`` rows, with its bootstrap interval (as the headline
         computes it for its groups): ``{"avg", "avg_lo", "avg_hi", "configs"}``."""
-        ests = [self.estimates[tuple(c[k] for k in KEY)][figure] for c in configs]
+        # a configuration whose modes' clocks alone could account for the figure is left out, as in the headline
+        ests = [self.estimates[tuple(c[k] for k in KEY)][figure] for c in configs
+                if figure not in (c.get("clock_biased") or "").split(",")]
         ests = [e for e in ests if not math.isnan(e.point)]
         if not ests:
             return {"avg": None, "avg_lo": None, "avg_hi": None, "configs": 0}
@@ -180,24 +182,26 @@ def reduce(tables: dict[str, pa.Table], n_boot: int = N_BOOT, estimates: dict | 
     power_by: dict[tuple, dict[str, list[dict]]] = {}
     for r in power_rows:
         power_by.setdefault(_key(r), {}).setdefault(r["mode"], []).append(r)
-    configs, modes, figs = [], [], {}
+    configs, modes, figs, biased = [], [], {}, {}
     for key, mode_rows in by_config.items():
         first = next(iter(mode_rows.values()))[0]
         stats = {m: fg.mode_stats(rows, (*key, m), n_boot) for m, rows in mode_rows.items()}
         power = {m: mode_power(power_by.get(key, {}).get(m, []), stats[m]["wall_ns"], (*key, m), n_boot)
                  for m in stats}
         f = fg.config_figures(stats, power)
+        clocks = {m: power[m]["clock_mhz"] for m in stats}
+        biased[key] = fg.clock_biased(f, fg.at_equal_clock(stats, clocks))
         c = {k: first.get(k) for k in KEY} | {"run": first.get("run") or first["run_id"]}
         c["label"] = fg.config_label(c)
         c["_key"] = key
         figs[key] = f
         if estimates is not None:
             estimates[key] = f
-        configs.append(_config_row(c, stats, f, first))
+        configs.append(_config_row(c, stats, f, first) | _clock_columns(clocks, biased[key]))
         for m in MODES:
             if m in stats:
                 modes.append(_mode_row(c, m, stats[m], power[m]))
-    head = fg.headline(configs, figs)
+    head = fg.headline(configs, figs, biased)
     parts = breakdowns(_rows(tables.get("instances")), n_boot)
     labels = {c["_key"]: c for c in configs}
     breakdown = []
@@ -244,6 +248,14 @@ def _config_row(c: dict, stats: dict, f: dict, first: dict) -> dict:
     return row
 
 
+def _clock_columns(clocks: dict[str, float | None], biased: list[str]) -> dict:
+    """The spread of the SM clocks the configuration's modes ran at ((highest - lowest) / highest, over the modes
+    with a reading) and the figures that spread alone could account for."""
+    known = [c for c in clocks.values() if c]
+    return {"clock_spread": (max(known) - min(known)) / max(known) if len(known) > 1 else None,
+            "clock_biased": ",".join(biased) or None}
+
+
 def _mode_row(c: dict, mode: str, s: dict, p: dict) -> dict:
     row = {k: c[k] for k in ("run_id", "run", "label", *KEY[1:])} | {"mode": mode, "gpus": s["gpus"],
                                                                       "iterations": s["iterations"]}
@@ -255,6 +267,7 @@ def _mode_row(c: dict, mode: str, s: dict, p: dict) -> dict:
     row["power_samples"] = p["power_samples"]
     row["counter_updates"] = p["counter_updates"]
     row["note"] = p["note"]
+    row["sm_clock_mhz"] = p["clock_mhz"]
     return row
 
 
@@ -275,16 +288,17 @@ def _ci(*names: str) -> dict:
 
 
 HEADLINE_TYPES = {"figure": pa.string(), "group_by": pa.string(), "group": pa.string(), "configs": pa.int64(),
+                  "clock_left_out": pa.int64(),
                   **_ci("avg"), **_ci("max"), "max_config": pa.string(), "paper_avg": pa.float64(),
                   "paper_max": pa.float64()}
 CONFIG_TYPES = {**_ID, "modes": pa.string(), "gpus": pa.int64(), "iterations": pa.int64(),
                 **{f"{m}_iter_ns": pa.float64() for m in MODES}, **_ci(*(f.name for f in FIGURES)),
                 **_ci("compute_covered", "in_overlap_slowdown"), "comm_sms": pa.float64(),
-                "comm_only_gbps": pa.float64()}
+                "comm_only_gbps": pa.float64(), "clock_spread": pa.float64(), "clock_biased": pa.string()}
 MODE_TYPES = {**_ID, "mode": pa.string(), "gpus": pa.int64(), "iterations": pa.int64(),
               **_ci("iter_ns", "compute_ns", "comm_ns", "energy_per_iter_j", "mean_power_w", "peak_power_w"),
               "power_limit_w": pa.float64(), "power_samples": pa.int64(), "counter_updates": pa.int64(),
-              "note": pa.string()}
+              "note": pa.string(), "sm_clock_mhz": pa.float64()}
 BREAKDOWN_TYPES = {**_ID, "side": pa.string(), "instances": pa.int64(), **_ci("observed"), "predicted": pa.float64(),
                    "predicted_lo": pa.float64(), "predicted_hi": pa.float64(),
                    **{f: pa.float64() for f, _ in FACTORS}, "residual": pa.float64(), "agreement": pa.string(),

@@ -190,6 +190,55 @@ def config_figures(modes: dict[str, dict], power: dict[str, dict] | None = None)
     return figs
 
 
+# figures that compare the GPU time of modes doing compute: a mode run at another SM clock than the one it is compared
+# with moves them by the clock ratio alone (a compute-bound GEMM's time scales as 1/clock)
+CLOCKED = ("compute_slowdown", "compute_slowdown_vs_seq", "seq_over_ovl", "overlap_efficiency")
+
+
+def at_equal_clock(modes: dict[str, dict], clocks: dict[str, float | None]) -> dict[str, float]:
+    """The points of the CLOCKED figures with every mode's compute and wall time taken at one SM clock (times x
+    clock: cycles, as a compute-bound mode would take at the same clock); the collectives alone are taken as they were
+    (link-bound). NaN where a mode the figure needs has no clock reading."""
+    known = [c for c in clocks.values() if c]
+    ref = max(known) if known else NAN
+
+    def t(mode: str, name: str) -> float:
+        if mode not in modes:
+            return NAN
+        if mode == "comm":
+            return modes[mode][name].point
+        c = clocks.get(mode)
+        return modes[mode][name].point * c / ref if c else NAN
+
+    with np.errstate(divide="ignore", invalid="ignore"):
+        s, o, c, m = (t(x, "wall_ns") for x in ("sequential", "overlapped", "compute", "comm"))
+        out = {"compute_slowdown": t("overlapped", "compute_ns") / t("compute", "compute_ns") - 1,
+               "compute_slowdown_vs_seq": t("overlapped", "compute_ns") / t("sequential", "compute_ns") - 1,
+               "seq_over_ovl": s / o - 1,
+               "overlap_efficiency": (s - o) / (s - max(c, m))}
+    return {k: float(v) if math.isfinite(v) else NAN for k, v in out.items()}
+
+
+# the values whose side a CLOCKED figure's conclusion rests on: a loss or a gain (0); for the efficiency, also
+# whether it exceeds what hiding communication can give at best (1)
+BOUNDS = {"overlap_efficiency": (0.0, 1.0)}
+
+
+def clock_biased(figs: dict[str, Est], equal: dict[str, float]) -> list[str]:
+    """The CLOCKED figures of a configuration whose conclusion the clock difference between its modes alone turns
+    over: the measured 95% interval lies on one side of a bound (0; for the efficiency 0 or 1) and the figure taken
+    at one clock on the other. Such a figure measures the clocks, not the overlap; the headline leaves it out."""
+    out = []
+    for name in CLOCKED:
+        lo, hi = figs[name].interval()
+        v = equal.get(name, NAN)
+        if math.isnan(lo) or math.isnan(v):
+            continue
+        if any(hi < b < v or v < b < lo for b in BOUNDS.get(name, (0.0,))):
+            out.append(name)
+    return out
+
+
 def group_iterations(rows: Iterable[dict]) -> dict[tuple, dict[str, list[dict]]]:
     """configuration key -> mode -> its iteration rows."""
     out: dict[tuple, dict[str, list[dict]]] = defaultdict(lambda: defaultdict(list))
@@ -198,13 +247,16 @@ def group_iterations(rows: Iterable[dict]) -> dict[tuple, dict[str, list[dict]]]
     return {k: dict(out[k]) for k in sorted(out, key=_sort_key)}
 
 
-def headline(configs: list[dict], figs: dict[tuple, dict[str, Est]]) -> list[dict]:
+def headline(configs: list[dict], figs: dict[tuple, dict[str, Est]],
+             biased: dict[tuple, list[str]] | None = None) -> list[dict]:
     """Average and maximum of each figure over configurations: all of them, and per value of each dimension.
 
     The average's interval averages the configurations' replicates (their iterations are independent); the maximum
     is the configuration with the highest point estimate, with that configuration's interval and name. A dimension
-    with a single value (or none) is left out: its group would repeat 'all'.
+    with a single value (or none) is left out: its group would repeat 'all'. A configuration's figure that its modes'
+    clocks alone could account for (``biased``: :func:`clock_biased`) is left out and counted (``clock_left_out``).
     """
+    biased = biased or {}
     rows = []
     groups: list[tuple[str, str, list[dict]]] = [("all", "all", configs)]
     for dim in DIMENSIONS:
@@ -215,6 +267,8 @@ def headline(configs: list[dict], figs: dict[tuple, dict[str, Est]]) -> list[dic
         for dim, value, members in groups:
             ests = [(c, figs[c["_key"]][fig.name]) for c in members]
             ests = [(c, e) for c, e in ests if not math.isnan(e.point)]
+            left_out = sum(fig.name in biased.get(c["_key"], ()) for c, _ in ests)
+            ests = [(c, e) for c, e in ests if fig.name not in biased.get(c["_key"], ())]
             if not ests:
                 continue
             avg = Est(float(np.mean([e.point for _, e in ests])),
@@ -223,7 +277,8 @@ def headline(configs: list[dict], figs: dict[tuple, dict[str, Est]]) -> list[dic
             top_c, top = max(ests, key=lambda ce: ce[1].point)
             (alo, ahi), (mlo, mhi) = avg.interval(), top.interval()
             paper = fig.paper_avg is not None or fig.paper_max is not None
-            rows.append(dict(figure=fig.name, group_by=dim, group=value, configs=len(ests), avg=avg.point,
+            rows.append(dict(figure=fig.name, group_by=dim, group=value, configs=len(ests), clock_left_out=left_out,
+                             avg=avg.point,
                              avg_lo=alo, avg_hi=ahi, max=top.point, max_lo=mlo, max_hi=mhi,
                              max_config=top_c["label"],
                              paper_avg=fig.paper_avg if paper and dim == "all" else None,

@@ -30,7 +30,11 @@ def mode_power(rows: list[dict], wall: Est | None, key: tuple, n_boot: int = N_B
     for r in rows:
         devices[(r["global_pid"], r["device_id"])].append(r)
     out: dict = dict(power_samples=0, counter_updates=None, power_limit_w=None, note=None, mean_power_w=Est(np.nan),
-                     peak_power_w=Est(np.nan), energy_per_iter_j=Est(np.nan))
+                     peak_power_w=Est(np.nan), energy_per_iter_j=Est(np.nan), clock_mhz=None)
+    # the SM clock the mode ran at: the mean NVML reading inside its ranges (None where no reading fell inside)
+    clocks = [r["sm_clock_mhz"] for r in rows if r.get("ts_ns") is not None and r.get("sm_clock_mhz") is not None]
+    if clocks:
+        out["clock_mhz"] = float(np.mean(clocks))
     if not devices or all((r["run_samples"] or 0) == 0 for r in rows):
         out["note"] = "no NVML power in this run (collect with traceql collect --power)"
         return out

@@ -48,12 +48,15 @@ def headline_text(headline: pa.Table) -> pa.Table:
     rows = []
     for r in headline.to_pylist():
         rows.append({"figure": r["figure"], "group_by": r["group_by"], "group": r["group"], "configs": r["configs"],
+                     "clock_left_out": r.get("clock_left_out") or 0,
                      "average": ci(r, "avg"), "maximum": ci(r, "max"), "max_config": r["max_config"],
                      "paper": (f"{number(r['paper_avg'], signed=False)} avg, {number(r['paper_max'], signed=False)} max"
                                if not (_missing(r["paper_avg"]) and _missing(r["paper_max"])) else "")})
-    return pa.Table.from_pylist(rows, schema=pa.schema([(k, pa.int64() if k == "configs" else pa.string())
-                                                        for k in ("figure", "group_by", "group", "configs", "average",
-                                                                  "maximum", "max_config", "paper")]))
+    ints = ("configs", "clock_left_out")
+    return pa.Table.from_pylist(rows, schema=pa.schema([(k, pa.int64() if k in ints else pa.string())
+                                                        for k in ("figure", "group_by", "group", "configs",
+                                                                  "clock_left_out", "average", "maximum", "max_config",
+                                                                  "paper")]))
 
 
 def intervals_text(table: pa.Table, keep: tuple[str, ...]) -> pa.Table:
@@ -74,7 +77,8 @@ def intervals_text(table: pa.Table, keep: tuple[str, ...]) -> pa.Table:
 
 CONFIG_SHOWN = ("compute_slowdown", "compute_slowdown_vs_seq", "seq_over_ovl", "comm_slowdown", "overlap_efficiency")
 TITLES = {"headline": "The paper's figures over configurations (average with its interval; maximum: the configuration "
-                      "with the highest point, with its interval)",
+                      "with the highest point, with its interval; clock_left_out: configurations whose modes ran at "
+                      "SM clocks different enough to account for the figure alone, left out)",
           "configs": "Per configuration (95% intervals over iterations)",
           "modes": "Per configuration and mode: time per iteration (ms), energy per iteration (all GPUs), mean and "
                    "peak power per GPU",
@@ -86,8 +90,8 @@ def text_table(name: str, table: pa.Table) -> pa.Table:
     if name == "headline":
         return headline_text(table)
     if name == "configs":
-        t = intervals_text(table, ("label", "modes", "iterations"))
-        return t.select(["label", "modes", "iterations", *CONFIG_SHOWN])
+        t = intervals_text(table, ("label", "modes", "iterations", "clock_biased"))
+        return t.select(["label", "modes", "iterations", *CONFIG_SHOWN, "clock_biased"])
     if name == "modes":
         t = intervals_text(table, ("label", "mode", "iterations", "note"))
         return t.select(["label", "mode", "iterations", "iter_ns", "energy_per_iter_j", "mean_power_w",
