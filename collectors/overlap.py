@@ -7,7 +7,10 @@ Modes (Lee et al., ISPASS 2025): ``compute`` (GEMMs only), ``comm`` (collectives
 iteration inside a nested ``iter`` range, so traceql can group kernels by mode and project
 them onto steps. Every configuration (data type, collective, message size, CTA limit) is warmed
 up right before it is measured, each of its modes for ``--warmup`` iterations inside a ``warmup;...``
-range, so that no case absorbs cuBLAS or NCCL first use. In ``overlapped`` each iteration is one GEMM
+range, so that no case absorbs cuBLAS or NCCL first use. The modes then run in the order A B C D D C B A, each
+range with half of the mode's iterations (``--order abba``), so that a clock that drifts during a configuration (a GPU
+warming up, a power limit reached) weighs on every mode alike; the two ranges of a mode carry the same labels, and
+traceql pools their iterations. In ``overlapped`` each iteration is one GEMM
 beside one collective: the two streams join at the end of every iteration.
 
 Data types: bf16, fp16, tf32, fp32 and fp8 (``torch._scaled_mm`` on e4m3 operands, where the GPU
@@ -56,6 +59,17 @@ def fp8_supported() -> str | None:
     return None
 
 
+def passes(modes: list[str], iters: list[int], order: str) -> list[tuple[str, int, int]]:
+    """The mode ranges of one configuration, in the order they run: (mode, its first iteration's number,
+    iterations). ``abba``: every mode with the first half of its iterations (rounded up), in order, then every mode
+    with the rest, in reverse order (a mode of one iteration runs once). ``fixed``: every mode once, in order."""
+    if order == "fixed":
+        return [(m, 0, n) for m, n in zip(modes, iters, strict=True)]
+    first = [(m, 0, (n + 1) // 2) for m, n in zip(modes, iters, strict=True)]
+    second = [(m, (n + 1) // 2, n // 2) for m, n in zip(modes, iters, strict=True) if n // 2]
+    return first + second[::-1]
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dtypes", default="bf16,fp32", help=f"comma list of {DTYPES} (fp8 where the GPU has it)")
@@ -73,6 +87,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="comma list of NCCL CTA limits, each a communicator of its own (NCCL's maxCTAs, what "
                         "NCCL_MAX_CTAS sets), e.g. default,2,8; 'env' (the default): one communicator, as the "
                         "environment sets it")
+    p.add_argument("--order", choices=("abba", "fixed"), default="abba",
+                   help="abba (the default): each configuration's modes in order with half of their iterations, "
+                        "then in reverse order with the rest, so that a clock or temperature that drifts during the "
+                        "configuration weighs on every mode alike; fixed: each mode once, in order")
     p.add_argument("--profile-range", action="store_true",
                    help="call cudaProfilerStart/Stop around the measured part (for --capture-range=cudaProfilerApi)")
     return p.parse_args(argv)
@@ -196,11 +214,11 @@ def run(args: argparse.Namespace) -> None:
             dist.all_reduce(timing, op=dist.ReduceOp.MAX)
         iters = [max(args.iters, min(args.max_iters, math.ceil(args.min_case_ms / max(ms, 1e-3))))
                  for ms in timing.tolist()]
-        for mode, count_iters in zip(modes, iters, strict=True):
+        for mode, first, count_iters in passes(modes, iters, args.order):
             torch.cuda.synchronize()
             dist.barrier()
             with case_range("overlap", mode=mode, **labels):
-                for i in range(count_iters):
+                for i in range(first, first + count_iters):
                     with nvtx_range(f"iter:{i}"):
                         iteration(mode)
                 torch.cuda.synchronize()

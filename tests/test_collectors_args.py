@@ -29,3 +29,19 @@ def test_overlap_collective_data_types():
     assert overlap._comm_dtype("bf16", "all_gather") == "bf16"
     args = overlap.parse_args(["--max-ctas", "default,2,8", "--min-case-ms", "100"])
     assert (args.max_ctas, args.min_case_ms, args.iters) == ("default,2,8", 100.0, 6)
+
+
+def test_overlap_modes_run_abba():
+    """Each mode's iterations split in two ranges, the second pass in reverse order, so a drifting clock weighs on
+    every mode alike; the iteration numbers go on from the first range; one iteration runs once."""
+    modes = ["compute", "comm", "overlapped", "sequential"]
+    assert overlap.parse_args([]).order == "abba"
+    assert overlap.passes(modes, [4, 5, 1, 6], "abba") == [
+        ("compute", 0, 2), ("comm", 0, 3), ("overlapped", 0, 1), ("sequential", 0, 3),
+        ("sequential", 3, 3), ("comm", 3, 2), ("compute", 2, 2)]
+    assert overlap.passes(modes, [4, 5, 1, 6], "fixed") == [
+        ("compute", 0, 4), ("comm", 0, 5), ("overlapped", 0, 1), ("sequential", 0, 6)]
+    for iters in ([4, 4, 4, 4], [7, 1, 2, 3]):  # every iteration once, whatever the split
+        got = overlap.passes(modes, iters, "abba")
+        for m, n in zip(modes, iters, strict=True):
+            assert sorted(i for mode, a, k in got if mode == m for i in range(a, a + k)) == list(range(n))
