@@ -1,6 +1,6 @@
 -- _instance_baselines: per activity, the group it is compared within and its baseline duration. Computed by
 -- traceql.attribution.baselines (attribute, report and `traceql sql` compute it before reading the views that need it; from
--- Python, traceql.attribution.prepare(con)); empty until then.
+-- Python, traceql.attribution.prepare(con)); reading it before then is an error that says so.
 -- columns:
 --   run_id       VARCHAR  run
 --   activity_id  BIGINT   activity (_activities)
@@ -11,4 +11,5 @@
 SELECT NULL::VARCHAR AS run_id, NULL::BIGINT AS activity_id, NULL::BIGINT AS group_id, NULL::BIGINT AS pool_id,
        NULL::DOUBLE AS t0_ns,
        NULL::VARCHAR AS baseline
-WHERE false
+-- before prepare() a read is an error, never an empty table that would read as 'no baselines'
+WHERE error('_instance_baselines: computed by the attribution; call traceql.attribution.prepare(con) first (traceql attribute, report and sql do)') IS NULL

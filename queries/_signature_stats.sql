@@ -1,5 +1,5 @@
 -- _signature_stats: per (sub-)signature group, baseline and overlapped durations with intervals (traceql.attribution.baselines;
--- empty until computed, see _instance_baselines).
+-- an error to read until computed, see _instance_baselines).
 -- columns:
 --   group_id       BIGINT   group
 --   run_id         VARCHAR  run
@@ -52,4 +52,5 @@ SELECT NULL::BIGINT AS group_id, NULL::VARCHAR AS run_id, NULL::INTEGER AS devic
        NULL::DOUBLE AS sm_active_pct_iso, NULL::DOUBLE AS power_w_iso, NULL::DOUBLE AS dram_pct_ovl,
        NULL::DOUBLE AS gpc_clock_mhz_ovl, NULL::DOUBLE AS cycles_ovl, NULL::DOUBLE AS sm_active_pct_ovl,
        NULL::DOUBLE AS nvlink_pct_ovl, NULL::DOUBLE AS pcie_pct_ovl, NULL::DOUBLE AS power_w_ovl
-WHERE false
+-- before prepare() a read is an error, never an empty table that would read as 'no baselines'
+WHERE error('_signature_stats: computed by the attribution; call traceql.attribution.prepare(con) first (traceql attribute, report and sql do)') IS NULL

@@ -12,8 +12,9 @@ Its modules are its stages, in the order the data flows through them:
 and :mod:`~traceql.attribution.result`, what ``traceql attribute`` returns (:class:`Attribution`, the JSON
 contract). :func:`prepare` runs stages 1-4 on a connection; ``traceql attribute`` (:mod:`traceql.attribute`, or
 one run per unit of an executor: :mod:`traceql.attribute_map`), ``report`` and ``traceql sql`` call it, and notebooks
-can too. Every view keeps one meaning: those a stage computes read as empty until :func:`prepare` has run, and
-``traceql sql`` runs it for any query that names one of them (:func:`needs_prepare`).
+can too. Every view keeps one meaning: reading one that a stage computes before :func:`prepare` has run is an error
+that says to run it (never an empty table, which would read as "no baselines"), and ``traceql sql`` runs it for any
+query that names one of them (:func:`needs_prepare`).
 """
 
 from __future__ import annotations
