@@ -190,7 +190,7 @@ def reduce(tables: dict[str, pa.Table], n_boot: int = N_BOOT, estimates: dict | 
                  for m in stats}
         f = fg.config_figures(stats, power)
         clocks = {m: power[m]["clock_mhz"] for m in stats}
-        biased[key] = fg.clock_biased(f, fg.at_equal_clock(stats, clocks))
+        biased[key] = fg.clock_biased(f, fg.at_equal_clock(stats, clocks), clocks)
         c = {k: first.get(k) for k in KEY} | {"run": first.get("run") or first["run_id"]}
         c["label"] = fg.config_label(c)
         c["_key"] = key
