@@ -28,6 +28,7 @@
 --   compute_overlap_ns  BIGINT   time other non-communication kernels overlapped it (ns)
 --   comm_overlap_ns     BIGINT   time communication overlapped it (ns)
 --   ctas                BIGINT   CTAs in the grid (kernels)
+--   gpc_clock_mhz       DOUBLE   GPC clock during it (MHz; nsys GPU metrics, NULL without them)
 WITH m AS (
     SELECT * FROM paper_ranges
 ), children AS (
@@ -46,7 +47,7 @@ WITH m AS (
 SELECT i.run_id, i.workload, i.op, i.dtype, i.bytes, i.max_ctas, i.config, i.mode, i.global_pid, i.mode_start_ns,
        i.iter_text AS iteration, i.iter_start_ns, f.activity_id, f.device_id, f.sm_count, f.activity,
        f.activity_class, f.short_name, f.start_ns, f.end_ns, f.dur_ns, f.compute_overlap_ns, f.comm_overlap_ns,
-       f.ctas
+       f.ctas, f.gpc_clock_mhz
 FROM instance_facts f
     JOIN runtime_api r ON r.run_id = f.run_id AND r.global_pid = f.global_pid AND r.correlation_id = f.correlation_id
     JOIN iters i ON i.run_id = r.run_id AND i.global_pid = r.global_pid

@@ -29,6 +29,8 @@
 --   compute_ovl_ns   BIGINT   compute time that communication overlapped (ns)
 --   comm_sm_ns       DOUBLE   communication time x SMs its CTAs held (SM-ns; / comm_ns = mean SMs held)
 --   kernels          BIGINT   GPU activities (kernels, copies, sets)
+--   compute_clock_mhz_ns DOUBLE sum over its compute kernels with a GPU-metric clock of duration x clock (MHz ns)
+--   compute_clocked_ns BIGINT  summed duration of those kernels (ns): the ratio is the clock its compute ran at
 WITH per_iter AS (
     SELECT run_id, workload, op, dtype, bytes, max_ctas, config, mode, global_pid, mode_start_ns, iteration,
            iter_start_ns, device_id, any_value(sm_count) AS sm_count,
@@ -40,7 +42,11 @@ WITH per_iter AS (
                AS compute_ovl_ns,
            coalesce(sum(dur_ns * least(coalesce(ctas, 0), sm_count)) FILTER (activity_class = 'comm'), 0)::DOUBLE
                AS comm_sm_ns,
-           count(*) AS kernels
+           count(*) AS kernels,
+           sum(dur_ns * gpc_clock_mhz) FILTER (activity = 'kernel' AND activity_class <> 'comm')::DOUBLE
+               AS compute_clock_mhz_ns,
+           coalesce(sum(dur_ns) FILTER (activity = 'kernel' AND activity_class <> 'comm'
+                                        AND gpc_clock_mhz IS NOT NULL), 0)::BIGINT AS compute_clocked_ns
     FROM _paper_work GROUP BY ALL
 )
 SELECT run_id, workload, op, dtype, bytes, max_ctas, config, mode, global_pid, device_id, sm_count, mode_start_ns,
@@ -48,6 +54,7 @@ SELECT run_id, workload, op, dtype, bytes, max_ctas, config, mode, global_pid, d
        (last_end_ns - coalesce(lag(last_end_ns) OVER w,
                                min(first_start_ns) OVER (PARTITION BY run_id, global_pid, mode_start_ns, device_id)))
            ::BIGINT AS wall_ns,
-       compute_ns, comm_ns, hidden_comm_ns, compute_ovl_ns, comm_sm_ns, kernels
+       compute_ns, comm_ns, hidden_comm_ns, compute_ovl_ns, comm_sm_ns, kernels, compute_clock_mhz_ns,
+       compute_clocked_ns
 FROM per_iter
 WINDOW w AS (PARTITION BY run_id, global_pid, mode_start_ns, device_id ORDER BY last_end_ns, iter_start_ns)

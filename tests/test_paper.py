@@ -363,7 +363,7 @@ def test_suite_configurations(suite_paper):
 
 def test_suite_fp32_figures_that_the_clock_explains_are_left_out(suite_paper):
     """In the bundled suite the fp32 compute-only GEMMs ran at a lower SM clock than the overlapped ones (all_reduce
-    at about 1650 against 1965 MHz, all_gather at 1965 against 1980): that alone made the overlapped GEMMs look
+    at 1936 against 1965 MHz, all_gather at 1966 against 1978, GPU metrics): that alone made the overlapped GEMMs look
     faster (compute slowdown -1.4% and -0.6%; at one clock, losses) and the all-gather's efficiency exceed 1 (+130%;
     at one clock below 1). Those figures are left out of the headline; the fp32 average was a 'significant' -0.7%
     before."""
@@ -376,6 +376,9 @@ def test_suite_fp32_figures_that_the_clock_explains_are_left_out(suite_paper):
     fp32 = head[("compute_slowdown", "dtype", "fp32")]
     assert fp32["clock_left_out"] == 2 and fp32["configs"] == 1 and fp32["avg_lo"] <= 0 <= fp32["avg_hi"]
     assert head[("overlap_efficiency", "all", "all")]["max_hi"] < 1.1
+    modes = {(r["op"], r["dtype"], r["mode"]): r["sm_clock_mhz"] for r in suite_paper.modes.to_pylist()
+             if r["max_ctas"] == "default"}
+    assert modes[("all_reduce", "fp32", "compute")] < modes[("all_reduce", "fp32", "overlapped")] - 20
 
 
 def test_suite_compute_slowdown_matches_raw_kernel_sums(suite_paper):

@@ -189,7 +189,9 @@ def reduce(tables: dict[str, pa.Table], n_boot: int = N_BOOT, estimates: dict | 
         power = {m: mode_power(power_by.get(key, {}).get(m, []), stats[m]["wall_ns"], (*key, m), n_boot)
                  for m in stats}
         f = fg.config_figures(stats, power)
-        clocks = {m: power[m]["clock_mhz"] for m in stats}
+        # each mode's clock: its compute kernels' (GPU metrics, time-weighted), else NVML's inside its ranges (read
+        # every ~10 ms: a short mode gets one or two readings, or none)
+        clocks = {m: stats[m]["compute_clock_mhz"] or power[m]["clock_mhz"] for m in stats}
         biased[key] = fg.clock_biased(f, fg.at_equal_clock(stats, clocks), clocks)
         c = {k: first.get(k) for k in KEY} | {"run": first.get("run") or first["run_id"]}
         c["label"] = fg.config_label(c)
@@ -267,7 +269,7 @@ def _mode_row(c: dict, mode: str, s: dict, p: dict) -> dict:
     row["power_samples"] = p["power_samples"]
     row["counter_updates"] = p["counter_updates"]
     row["note"] = p["note"]
-    row["sm_clock_mhz"] = p["clock_mhz"]
+    row["sm_clock_mhz"] = s["compute_clock_mhz"] or p["clock_mhz"]
     return row
 
 

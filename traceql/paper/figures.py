@@ -130,6 +130,9 @@ def mode_stats(rows: list[dict], key: tuple, n_boot: int = N_BOOT) -> dict[str, 
     out["gpus"] = len(arrays)
     comm = sum(r["comm_ns"] or 0 for r in rows)
     out["comm_sms"] = sum(r["comm_sm_ns"] or 0 for r in rows) / comm if comm else None
+    # the GPC clock its compute kernels ran at (GPU metrics, weighted by their time; None without metrics)
+    clocked = sum(r.get("compute_clocked_ns") or 0 for r in rows)
+    out["compute_clock_mhz"] = (sum(r.get("compute_clock_mhz_ns") or 0 for r in rows) / clocked) if clocked else None
     return out
 
 
