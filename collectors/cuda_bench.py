@@ -1,6 +1,7 @@
 """What the one-GPU case collectors (known_cause.py, eval_cases.py) share: the device's limits, CuPy's view of the
-current PyTorch stream, CUDA-event timing, and a victim timed alone and then beside its co-runner; and the busy_wait
-kernel they and train.py's straggler hold SMs with. Imported from the collectors' own folder (run as scripts)."""
+current PyTorch stream, CUDA-event timing (the two-GPU ones' too, gemm_allreduce.py), and a victim timed alone and
+then beside its co-runner; and the busy_wait kernel they and train.py's straggler hold SMs with. Imported from the
+collectors' own folder (run as scripts)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,17 @@ busy_wait(unsigned long long duration_ns, int *sink) {
     if (spins == -1) sink[threadIdx.x] = smem[threadIdx.x];  // never true: keeps smem allocated
 }
 """
+
+
+def timed(torch, fn, reps: int, stream) -> tuple[object, object]:
+    """Launch ``fn`` ``reps`` times on ``stream`` between two CUDA timing events; returns the events."""
+    start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
+    with torch.cuda.stream(stream):
+        start.record()
+        for _ in range(reps):
+            fn()
+        end.record()
+    return start, end
 
 
 class CudaBench:
@@ -60,14 +72,8 @@ class CudaBench:
         return self.torch.cuda.Event(enable_timing=True)
 
     def timed(self, fn, reps: int, stream) -> tuple[object, object]:
-        """Launch ``fn`` ``reps`` times on ``stream`` between two timing events; returns the events."""
-        start, end = self._event(), self._event()
-        with self.torch.cuda.stream(stream):
-            start.record()
-            for _ in range(reps):
-                fn()
-            end.record()
-        return start, end
+        """Launch ``fn`` ``reps`` times on ``stream`` between two timing events (:func:`timed`)."""
+        return timed(self.torch, fn, reps, stream)
 
     def alone_then_beside(self, fn, co, cover: float, reps: int, alone: tuple[str, dict],
                           beside: tuple[str, dict]) -> tuple[float, float, float, bool]:
