@@ -60,9 +60,9 @@ class Paper:
     def average(self, figure: str, configs: list[dict]) -> dict:
         """The average of ``figure`` over some of the ``configs`` rows, with its bootstrap interval (as the headline
         computes it for its groups): ``{"avg", "avg_lo", "avg_hi", "configs"}``."""
-        # a configuration whose modes' clocks alone could account for the figure is left out, as in the headline
+        # a configuration whose modes' clocks alone turn the figure over is left out, as in the headline
         ests = [self.estimates[tuple(c[k] for k in KEY)][figure] for c in configs
-                if figure not in (c.get("clock_biased") or "").split(",")]
+                if not fg.clock_left_out(c, figure)]
         ests = [e for e in ests if not math.isnan(e.point)]
         if not ests:
             return {"avg": None, "avg_lo": None, "avg_hi": None, "configs": 0}
@@ -182,7 +182,7 @@ def reduce(tables: dict[str, pa.Table], n_boot: int = N_BOOT, estimates: dict | 
     power_by: dict[tuple, dict[str, list[dict]]] = {}
     for r in power_rows:
         power_by.setdefault(_key(r), {}).setdefault(r["mode"], []).append(r)
-    configs, modes, figs, biased = [], [], {}, {}
+    configs, modes, figs = [], [], {}
     for key, mode_rows in by_config.items():
         first = next(iter(mode_rows.values()))[0]
         stats = {m: fg.mode_stats(rows, (*key, m), n_boot) for m, rows in mode_rows.items()}
@@ -192,18 +192,18 @@ def reduce(tables: dict[str, pa.Table], n_boot: int = N_BOOT, estimates: dict | 
         # each mode's clock: its compute kernels' (GPU metrics, time-weighted), else NVML's inside its ranges (read
         # every ~10 ms: a short mode gets one or two readings, or none)
         clocks = {m: stats[m]["compute_clock_mhz"] or power[m]["clock_mhz"] for m in stats}
-        biased[key] = fg.clock_biased(f, fg.at_equal_clock(stats, clocks), clocks)
+        biased = fg.clock_biased(f, fg.at_equal_clock(stats, clocks), clocks)
         c = {k: first.get(k) for k in KEY} | {"run": first.get("run") or first["run_id"]}
         c["label"] = fg.config_label(c)
         c["_key"] = key
         figs[key] = f
         if estimates is not None:
             estimates[key] = f
-        configs.append(_config_row(c, stats, f, first) | _clock_columns(clocks, biased[key]))
+        configs.append(_config_row(c, stats, f, first) | _clock_columns(clocks, biased))
         for m in MODES:
             if m in stats:
-                modes.append(_mode_row(c, m, stats[m], power[m]))
-    head = fg.headline(configs, figs, biased)
+                modes.append(_mode_row(c, m, stats[m], power[m], clocks[m]))
+    head = fg.headline(configs, figs)
     parts = breakdowns(_rows(tables.get("instances")), n_boot)
     labels = {c["_key"]: c for c in configs}
     breakdown = []
@@ -258,7 +258,7 @@ def _clock_columns(clocks: dict[str, float | None], biased: list[str]) -> dict:
             "clock_biased": ",".join(biased) or None}
 
 
-def _mode_row(c: dict, mode: str, s: dict, p: dict) -> dict:
+def _mode_row(c: dict, mode: str, s: dict, p: dict, clock: float | None) -> dict:
     row = {k: c[k] for k in ("run_id", "run", "label", *KEY[1:])} | {"mode": mode, "gpus": s["gpus"],
                                                                       "iterations": s["iterations"]}
     for q, name in (("wall_ns", "iter_ns"), ("compute_ns", "compute_ns"), ("comm_ns", "comm_ns")):
@@ -269,7 +269,7 @@ def _mode_row(c: dict, mode: str, s: dict, p: dict) -> dict:
     row["power_samples"] = p["power_samples"]
     row["counter_updates"] = p["counter_updates"]
     row["note"] = p["note"]
-    row["sm_clock_mhz"] = s["compute_clock_mhz"] or p["clock_mhz"]
+    row["sm_clock_mhz"] = clock
     return row
 
 

@@ -259,16 +259,19 @@ def group_iterations(rows: Iterable[dict]) -> dict[tuple, dict[str, list[dict]]]
     return {k: dict(out[k]) for k in sorted(out, key=_sort_key)}
 
 
-def headline(configs: list[dict], figs: dict[tuple, dict[str, Est]],
-             biased: dict[tuple, list[str]] | None = None) -> list[dict]:
+def clock_left_out(config: dict, figure: str) -> bool:
+    """Whether a configuration row names ``figure`` in its ``clock_biased`` (:func:`clock_biased`)."""
+    return figure in (config.get("clock_biased") or "").split(",")
+
+
+def headline(configs: list[dict], figs: dict[tuple, dict[str, Est]]) -> list[dict]:
     """Average and maximum of each figure over configurations: all of them, and per value of each dimension.
 
     The average's interval averages the configurations' replicates (their iterations are independent); the maximum
     is the configuration with the highest point estimate, with that configuration's interval and name. A dimension
     with a single value (or none) is left out: its group would repeat 'all'. A configuration's figure that its modes'
-    clocks alone could account for (``biased``: :func:`clock_biased`) is left out and counted (``clock_left_out``).
+    clocks alone turn over (its row's ``clock_biased``) is left out and counted (``clock_left_out``).
     """
-    biased = biased or {}
     rows = []
     groups: list[tuple[str, str, list[dict]]] = [("all", "all", configs)]
     for dim in DIMENSIONS:
@@ -279,8 +282,8 @@ def headline(configs: list[dict], figs: dict[tuple, dict[str, Est]],
         for dim, value, members in groups:
             ests = [(c, figs[c["_key"]][fig.name]) for c in members]
             ests = [(c, e) for c, e in ests if not math.isnan(e.point)]
-            left_out = sum(fig.name in biased.get(c["_key"], ()) for c, _ in ests)
-            ests = [(c, e) for c, e in ests if fig.name not in biased.get(c["_key"], ())]
+            left_out = sum(clock_left_out(c, fig.name) for c, _ in ests)
+            ests = [(c, e) for c, e in ests if not clock_left_out(c, fig.name)]
             if not ests:
                 continue
             avg = Est(float(np.mean([e.point for _, e in ests])),
