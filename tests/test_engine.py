@@ -322,6 +322,9 @@ def test_innermost_matches_brute_force(ranges, times):
          launched=[(1, 5, "gemm"), (1, 6, "gemm"), (1, 7, "gemm"), (2, 10, "gemm")])
 @example(ranges=[(1, 0, 50, "step", "push_pop", None), (2, 10, 5, "bwd", "push_pop", "NCCL")],
          launched=[(2, 12, "gemm")])
+@example(ranges=[(1, 0, 0, "step", "push_pop", None), (1, 56, 17, "step", "push_pop", None),
+                 (1, 56, 37, "fwd", "push_pop", None)],
+         launched=[(1, 0, "gemm"), (1, 0, "gemm"), (1, 71, "norm"), (1, 80, "norm")])
 @pytest.mark.parametrize("window", [None, 2])
 @pytest.mark.parametrize("scope", ["process", "thread"])
 def test_occurrence_engine_equals_reference_sql(tmp_path_factory, scope, window, ranges, launched):

@@ -921,8 +921,10 @@ def _enclosing(con: duckdb.DuckDBPyConnection, view: str, ranges: str, occurrenc
                     r = _joined(found)
                     start, end, text = np.ma.getdata(r["a"]), np.ma.getdata(r["b"]), r["text"]
                     named = np.flatnonzero(text != None)  # noqa: E711 (elementwise on objects)
+                    heads = np.flatnonzero(np.r_[True, start[1:] != start[:-1]])  # the distinct starts
                     ranged = {"start": start, "end": end, "text": text, "back": sweeps.previous_greater(end),
-                              "named": named, "named_back": sweeps.previous_greater(end[named])}
+                              "named": named, "named_back": sweeps.previous_greater(end[named]),
+                              "starts": start[heads], "latest_end": np.maximum.reduceat(end, heads)}
             if ranged:
                 yield key, {"t": np.ma.getdata(d["a"][n_ranges:]), "act": np.ma.getdata(d["b"][n_ranges:]),
                             "sig": np.ma.getdata(d["sig"][n_ranges:]), "_ranges": ranged}
@@ -943,8 +945,12 @@ def _enclosing(con: duckdb.DuckDBPyConnection, view: str, ranges: str, occurrenc
                "step_text": np.where(inner_text >= 0, text[np.maximum(inner_text, 0)], None)[keep]}
         if occurrence:
             sig = d["sig"][keep]
+            # a range instance is counted by its start, so its counts are kept until the latest end of the ranges
+            # of that start (ranges that share a start but end apart are one key: the earliest end would drop
+            # counts the others still need in a later window)
+            until = r["latest_end"][np.searchsorted(r["starts"], out["step_start_ns"])]
             out["occurrence"], out["_counts"] = sweeps.occurrence_and_counts(
-                out["step_start_ns"], sig, t[keep], out["activity_id"], out["step_end_ns"])
+                out["step_start_ns"], sig, t[keep], out["activity_id"], until)
             out["_first"], out["_sig"] = (t[0] if len(t) else None), sig
         return out
 
