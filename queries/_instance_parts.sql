@@ -40,10 +40,14 @@
 --   gpc_clock_mhz       DOUBLE   GPC clock during it (MHz)
 --   nvlink_pct          DOUBLE   NVLink user data during it (% of peak)
 --   pcie_pct            DOUBLE   PCIe during it (% of peak)
+--   sm_issue_pct        DOUBLE   SM Issue during it: issue slots used, averaged over every SM (% of peak)
 --   own_dram_pct        DOUBLE   its own isolated DRAM rate (% of peak)
 --   working_set_bytes   DOUBLE   its working set (bytes, Nsight Compute)
 --   co_dram_pct         DOUBLE   co-runners' isolated DRAM rate while overlapping it (% of peak)
 --   co_working_set_bytes DOUBLE  profiled co-runners' working sets while overlapping it (bytes, Nsight Compute)
+--   own_sm_issue_pct    DOUBLE   its own isolated SM Issue (% of peak, averaged over every SM; _activity_dram)
+--   co_sm_issue_pct     DOUBLE   co-runners' isolated SM Issue while overlapping it (% of peak, averaged over the
+--                                device's SMs; NULL where one's is unknown)
 --   step_start_ns       BIGINT   start of the innermost NVTX range around the launch (ns; NULL outside ranges)
 --   step_text           VARCHAR  that range's text
 --   occurrence          BIGINT   launches of the same signature before it in that range instance

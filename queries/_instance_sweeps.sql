@@ -23,10 +23,14 @@
 --   gpc_clock_mhz       DOUBLE   GPC clock during it (MHz)
 --   nvlink_pct          DOUBLE   NVLink user data during it (% of peak)
 --   pcie_pct            DOUBLE   PCIe during it (% of peak)
+--   sm_issue_pct        DOUBLE   SM Issue during it: issue slots used, averaged over every SM (% of peak)
 --   own_dram_pct        DOUBLE   its own isolated DRAM rate (% of peak; _activity_dram)
 --   working_set_bytes   DOUBLE   its working set (bytes, Nsight Compute; _activity_dram)
 --   co_dram_pct         DOUBLE   co-runners' isolated DRAM rate while overlapping it (% of peak)
 --   co_working_set_bytes DOUBLE  profiled co-runners' working sets while overlapping it (bytes, Nsight Compute)
+--   own_sm_issue_pct    DOUBLE   its own isolated SM Issue (% of peak, averaged over every SM; _activity_dram)
+--   co_sm_issue_pct     DOUBLE   co-runners' isolated SM Issue while overlapping it (% of peak, averaged over the
+--                                device's SMs; NULL where one's is unknown)
 --   step_start_ns       BIGINT   start of the innermost NVTX range around the launch (ns; NULL outside ranges)
 --   step_text           VARCHAR  that range's text
 --   occurrence          BIGINT   launches of the same signature before it in that range instance
@@ -45,8 +49,9 @@ WITH sampled AS (
 )
 SELECT a.run_id, a.device_id, a.activity_id, o.comm_overlap_ns, o.compute_overlap_ns, o.copy_overlap_ns,
        o.overlap_ns, o.corunner_sm_ns, o.comm_sm_ns, o.exclusive_sm_ns, o.exclusive_start_sm_ns, o.sm_count, m.samples,
-       m.sm_active_pct, m.dram_pct, m.gpc_clock_mhz, m.nvlink_pct, m.pcie_pct, d.own_dram_pct, r.working_set_bytes, d.co_dram_pct,
-       d.co_working_set_bytes, c.step_start_ns, c.step_text, c.occurrence, g.nvtx, p.power_w, p.nvml_sm_clock_mhz,
+       m.sm_active_pct, m.dram_pct, m.gpc_clock_mhz, m.nvlink_pct, m.pcie_pct, m.sm_issue_pct, d.own_dram_pct,
+       r.working_set_bytes, d.co_dram_pct, d.co_working_set_bytes, r.sm_issue_pct AS own_sm_issue_pct,
+       d.co_sm_issue_pct, c.step_start_ns, c.step_text, c.occurrence, g.nvtx, p.power_w, p.nvml_sm_clock_mhz,
        p.throttle_reasons
 FROM _activity_rows a
 JOIN _instance_overlap o USING (run_id, device_id, activity_id)

@@ -13,5 +13,6 @@ SELECT rank::INTEGER AS rank, pattern, key, combine FROM (VALUES
     (3, 'DRAM Write Bandwidth%', 'dram_pct', 'sum'),
     (4, 'GPC Clock Frequency%', 'gpc_clock_mhz', 'max'),
     (5, 'NVLink%User Data%', 'nvlink_pct', 'max'),
-    (6, 'PCIe%Throughput%', 'pcie_pct', 'max')
+    (6, 'PCIe%Throughput%', 'pcie_pct', 'max'),
+    (7, 'SM Issue%', 'sm_issue_pct', 'max')
 ) AS k(rank, pattern, key, combine)

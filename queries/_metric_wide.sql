@@ -10,6 +10,7 @@
 --   gpc_clock_mhz      DOUBLE   GPC clock (MHz)
 --   nvlink_pct         DOUBLE   NVLink user data, busier direction (% of peak)
 --   pcie_pct           DOUBLE   PCIe throughput, busier direction (% of peak)
+--   sm_issue_pct       DOUBLE   SM Issue: the share of issue slots used, averaged over every SM (% of peak)
 WITH names AS (
     SELECT n.metric, arg_min(k.key, k.rank) AS key, arg_min(k.combine, k.rank) AS combine
     FROM (SELECT DISTINCT metric FROM gpu_metrics) n JOIN _metric_keys k ON n.metric LIKE k.pattern
@@ -25,5 +26,6 @@ SELECT run_id, device_id, ts_ns,
        any_value(value) FILTER (key = 'dram_pct')::DOUBLE AS dram_pct,
        any_value(value) FILTER (key = 'gpc_clock_mhz')::DOUBLE AS gpc_clock_mhz,
        any_value(value) FILTER (key = 'nvlink_pct')::DOUBLE AS nvlink_pct,
-       any_value(value) FILTER (key = 'pcie_pct')::DOUBLE AS pcie_pct
+       any_value(value) FILTER (key = 'pcie_pct')::DOUBLE AS pcie_pct,
+       any_value(value) FILTER (key = 'sm_issue_pct')::DOUBLE AS sm_issue_pct
 FROM keyed GROUP BY run_id, device_id, ts_ns

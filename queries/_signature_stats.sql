@@ -34,6 +34,8 @@
 --   cycles_iso     DOUBLE   duration in clock cycles, median over the isolated instances of its baseline pool
 --   sm_active_pct_iso DOUBLE   SMs Active (%), median over the isolated instances of its baseline pool
 --   power_w_iso    DOUBLE   NVML power (W), median over the isolated instances of its baseline pool
+--   sm_issue_pct_iso DOUBLE   SM Issue (% of peak, averaged over every SM), median over the isolated instances of
+--                  its baseline pool
 --   dram_pct_ovl   DOUBLE   DRAM bandwidth (% of peak), median over its overlapped instances
 --   gpc_clock_mhz_ovl DOUBLE   GPC clock (MHz), median over its overlapped instances
 --   cycles_ovl     DOUBLE   duration in clock cycles, median over its overlapped instances
@@ -49,7 +51,8 @@ SELECT NULL::BIGINT AS group_id, NULL::VARCHAR AS run_id, NULL::INTEGER AS devic
        NULL::BOOLEAN AS significant, NULL::VARCHAR AS baseline, NULL::DOUBLE AS drift_tau, NULL::DOUBLE AS drift_p,
        NULL::DOUBLE AS drift, NULL::BOOLEAN AS baseline_drift, NULL::BOOLEAN AS conflated, NULL::VARCHAR AS note,
        NULL::DOUBLE AS dram_pct_iso, NULL::DOUBLE AS gpc_clock_mhz_iso, NULL::DOUBLE AS cycles_iso,
-       NULL::DOUBLE AS sm_active_pct_iso, NULL::DOUBLE AS power_w_iso, NULL::DOUBLE AS dram_pct_ovl,
+       NULL::DOUBLE AS sm_active_pct_iso, NULL::DOUBLE AS power_w_iso, NULL::DOUBLE AS sm_issue_pct_iso,
+       NULL::DOUBLE AS dram_pct_ovl,
        NULL::DOUBLE AS gpc_clock_mhz_ovl, NULL::DOUBLE AS cycles_ovl, NULL::DOUBLE AS sm_active_pct_ovl,
        NULL::DOUBLE AS nvlink_pct_ovl, NULL::DOUBLE AS pcie_pct_ovl, NULL::DOUBLE AS power_w_ovl
 -- before prepare() a read is an error, never an empty table that would read as 'no baselines'

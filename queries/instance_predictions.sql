@@ -16,7 +16,13 @@
 --     (many waves: S/F - 1; less than a wave: the part of the grid that no longer fits). A bandwidth-bound victim
 --     (isolated rate >= memory_bound_frac of saturation) loses only what its free SMs cannot pull at the device's
 --     best per-SM rate. When co-runners whose CTAs fit beside its own sit on every SM, the victim's CTAs run beside
---     theirs: an equal share of the issue slots, x = 1.
+--     theirs and share each SM's issue slots. With u_v the share of issue slots the victim uses on its SMs alone (its
+--     isolated SM Issue over its isolated SMs Active) and u_c the co-runners' alone (their isolated SM Issue, on
+--     every SM): an instruction of the victim ready to issue finds the slot taken by a co-runner's with probability
+--     u_c each cycle and waits u_c / (1 - u_c) cycles on average; the victim, which issues u_v per cycle alone, is
+--     slowed by x = u_v u_c / (1 - u_c) (its waits not hidden by its other warps; this is never less than sharing the
+--     slots in proportion to demand, u_v + u_c - 1), at most x = 1 (an equal share of the slots for a victim that
+--     issues every cycle). x = 1 when either side's SM Issue is unknown.
 -- DRAM: when the victim's and co-runners' isolated rates together exceed saturation, and the rate measured during
 --     the instance shows DRAM busy (dram_busy_frac of saturation; no metrics: the demand alone), the bandwidth is
 --     shared in proportion to demand: the victim keeps sat * r_v / (r_v + r_c), x = (r_v + r_c) / sat - 1 (every
@@ -85,6 +91,8 @@ WITH inst AS (
            least(coalesce(i.exclusive_sms, 0), i.sm_count) AS held_exclusive,
            coalesce(p.dram_pct_iso, n.dram_pct) AS r_v, i.co_dram_pct AS r_c, i.dram_pct AS c_dram,
            p.gpc_clock_mhz_iso AS clock_iso, i.gpc_clock_mhz AS clock, p.power_w_iso AS power_iso, i.power_w,
+           -- issue slots used alone: the victim's on the SMs it ran on, its co-runners' on every SM
+           least(1, p.sm_issue_pct_iso / nullif(p.sm_active_pct_iso, 0)) AS u_v, i.co_sm_issue_pct / 100 AS u_c,
            n.l2_hit_pct, n.working_set_bytes, i.co_working_set_bytes, d.l2_bytes,
            -- the victim's own alone rate is evidently achievable (Nsight Compute's scale may differ a little)
            greatest(c.dram_sat_pct, coalesce(p.dram_pct_iso, n.dram_pct, 0)) AS sat, c.dram_per_sm_pct AS per_sm,
@@ -109,7 +117,7 @@ WITH inst AS (
     JOIN _instance_metrics m USING (run_id, device_id, activity_id)
     WHERE o.overlap_ns = 0 AND r.dur_ns > 0 AND m.dram_pct IS NOT NULL
     UNION
-    SELECT run_id, device_id, sig FROM _solo_rates
+    SELECT run_id, device_id, sig FROM _solo_rates WHERE dram_pct IS NOT NULL
     UNION
     SELECT run_id, device_id, sig FROM _ncu_demand WHERE dram_pct IS NOT NULL
 ), unknown_demand AS (
@@ -165,8 +173,10 @@ WITH inst AS (
     -- each factor's slowdown while overlapped (x), from demand and the device alone
     SELECT *,
         CASE WHEN activity <> 'kernel' OR held <= 0 THEN 0
-             -- co-runners that fit beside its CTAs, on every SM: an equal share of the issue slots
-             WHEN s_count - shared < 1 THEN 1
+             -- co-runners that fit beside its CTAs, on every SM: they share its issue slots
+             WHEN s_count - shared < 1 THEN
+                  CASE WHEN u_v IS NULL OR u_c IS NULL OR u_c >= 1 THEN 1
+                       ELSE least(1, u_v * u_c / (1 - u_c)) END
              WHEN ctas <= occ * free THEN 0
              WHEN free < 1 THEN 1
              WHEN memory_bound THEN greatest(0, r_v / least(sat, per_sm * free) - 1)

@@ -192,8 +192,9 @@ WITH demand AS (
              WHEN p IS NULL OR n_present = 0 THEN 'unexplained'
              WHEN agreement = 'agrees' AND p > 0 AND p_max >= 0.5 * p THEN top
              WHEN agreement = 'agrees' AND p > 0 THEN 'mixed'
-             -- a present cause that misses its band is still named, with its error (the reason)
-             WHEN single IS NOT NULL AND (p > 0 OR single = 'clock') THEN single
+             -- a single present cause is named, with its error where it misses its band (the reason), also where
+             -- a factor that is no cause (a clock that rose) brings the whole prediction to no loss
+             WHEN single IS NOT NULL THEN single
              -- several present: the largest, when together they predict between half and twice the observation
              WHEN p > 0 AND p >= 0.5 * s AND p <= 2 * s THEN top
              ELSE 'unexplained' END AS class_

@@ -321,7 +321,8 @@ def test_sm_model_takes_from_a_resident_grid_only_what_held_its_sms_as_it_starte
 
 def test_sm_model_shares_sms_with_co_runners_that_fit_beside(tmp_path):
     """A co-runner whose CTAs fit beside the victim's (128 threads, no shared memory) shares its SMs instead of taking
-    them: on every SM (200 CTAs, 2 per SM), an equal share of the issue slots (x = 1); on 50 SMs, nothing."""
+    them: on every SM (200 CTAs, 2 per SM), with no GPU metrics to say how many issue slots either uses, an equal
+    share of the issue slots (x = 1); on 50 SMs, nothing."""
     kernels = []
     for i, (name, ctas) in enumerate((("everywhere", 200), ("half", 50))):
         base = 20_000 * (i + 1)
@@ -330,6 +331,44 @@ def test_sm_model_shares_sms_with_co_runners_that_fit_beside(tmp_path):
                     dict(name=f"small_{name}", start_ns=base - 100, end_ns=base + 1400, ctas=ctas)]
     rows = _by_name(_attr(tmp_path, kernels=kernels))
     assert rows["everywhere"]["explained"]["sm"] == approx(1.0) and rows["half"]["explained"]["sm"] == 0
+
+
+ISSUE, ACTIVE = "SM Issue [Throughput %]", "SMs Active [Throughput %]"
+
+
+def _issue_store(victim_issue: float, corunner_issue: float, overlapped_issue: float, shorten: int = 0):
+    """A victim (80 CTAs of one per SM, 1000 ns alone at SM Issue ``victim_issue`` % on 60% of the SMs) overlapped
+    for all of its 1250 - ``shorten`` ns by a co-runner of 200 CTAs of 128 threads (2 per SM, every SM) that ran
+    alone from 5000 to 9900 ns at SM Issue ``corunner_issue`` %, then beside the victim at ``overlapped_issue`` %."""
+    kernels = _isolated("victim", (0, 2000, 4000), 1000, ctas=80, **ONE_PER_SM)
+    kernels += [dict(name="victim", start_ns=10_000, end_ns=11_250 - shorten, ctas=80, **ONE_PER_SM),
+                dict(name="spin", start_ns=5000, end_ns=12_000, ctas=200)]
+    metrics = []
+    for start in (0, 2000, 4000):
+        metrics += samples(ISSUE, start, start + 1000, victim_issue, period_ns=50)
+        metrics += samples(ACTIVE, start, start + 1000, 60, period_ns=50)
+    metrics += samples(ISSUE, 5000, 9900, corunner_issue, period_ns=50)
+    metrics += samples(ISSUE, 10_000, 12_000, overlapped_issue, period_ns=50)
+    return kernels, metrics
+
+
+def test_co_resident_corunners_share_issue_slots(tmp_path):
+    """Co-runners whose CTAs sit beside the victim's on every SM take issue slots: the victim alone issues on
+    u_v = 30/60 = 0.5 of its SMs' cycles, the co-runner alone (its solo samples: it never ran alone as a whole) on
+    u_c = 0.4 of every SM's; a ready victim instruction waits u_c/(1 - u_c) = 2/3 cycles, so x = 0.5 x 2/3 = 1/3 while
+    overlapped (f = 1). The SM Issue measured during the overlap (90%) is a witness, never an input: changing it, or
+    the victim's overlapped duration, leaves the prediction as it is."""
+    kernels, metrics = _issue_store(30, 40, 90)
+    row = _by_name(_attr(tmp_path, kernels=kernels, gpu_metrics=metrics))["victim"]
+    assert row["corunner_sms"] == approx(100) and row["overlap_fraction"] == 1
+    assert row["explained"]["sm"] == approx(1 / 3) and row["class"] == "sm"
+    kernels, metrics = _issue_store(30, 40, 20, shorten=200)
+    again = _by_name(_attr(tmp_path, "shortened", kernels=kernels, gpu_metrics=metrics))["victim"]
+    assert again["explained"]["sm"] == approx(1 / 3)
+    # a victim issuing on 54/60 = 0.9 of its cycles beside one on 0.6: 0.9 x 0.6/0.4 = 1.35, at most an equal share
+    kernels, metrics = _issue_store(54, 60, 90)
+    busy = _by_name(_attr(tmp_path, "busy", kernels=kernels, gpu_metrics=metrics))["victim"]
+    assert busy["explained"]["sm"] == approx(1.0)
 
 
 def test_collectives_lose_what_the_clock_loses(tmp_path):
@@ -370,8 +409,8 @@ def test_sm_model_partial_overlap(tmp_path):
 
 
 def test_corunners_holding_every_sm(tmp_path):
-    """Co-runners on every SM (F = 0 < 1): the victim's CTAs run beside theirs and get an equal share of the issue
-    slots, x = 1 while overlapped."""
+    """Co-runners on every SM (F = 0 < 1), no GPU metrics: the victim's CTAs run beside theirs and get an equal share
+    of the issue slots, x = 1 while overlapped."""
     kernels = _isolated("victim", (0, 2000), 1000, ctas=100, **ONE_PER_SM)
     k, c = _beside_comm("victim", 10_000, 1300, comm_ctas=100, ctas=100, **ONE_PER_SM)
     a = _by_name(_attr(tmp_path, kernels=kernels + k + c))["victim"]

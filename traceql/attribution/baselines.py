@@ -52,7 +52,7 @@ MAX_N = 400
 
 # per-instance rates whose medians each group reports: over the isolated instances of its pool (its baseline's
 # witnesses, whatever their NVTX group), and over its own overlapped instances (kernel_signatures' *_iso, *_ovl)
-ISO_MEDIANS = ("dram_pct", "gpc_clock_mhz", "cycles", "sm_active_pct", "power_w")
+ISO_MEDIANS = ("dram_pct", "gpc_clock_mhz", "cycles", "sm_active_pct", "power_w", "sm_issue_pct")
 OVL_MEDIANS = ("dram_pct", "gpc_clock_mhz", "cycles", "sm_active_pct", "nvlink_pct", "pcie_pct", "power_w")
 RATES = tuple(dict.fromkeys(ISO_MEDIANS + OVL_MEDIANS))
 

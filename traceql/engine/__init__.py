@@ -38,7 +38,9 @@ from ..duck import usable_cpus
 from ..queries_loader import point_view
 from . import sweeps
 
-METRICS = ("sm_active_pct", "dram_pct", "gpc_clock_mhz", "nvlink_pct", "pcie_pct")
+METRICS = ("sm_active_pct", "dram_pct", "gpc_clock_mhz", "nvlink_pct", "pcie_pct", "sm_issue_pct")
+# the GPU metrics an activity's demand alone is measured by (_activity_dram, _solo_rates)
+DEMAND = ("dram_pct", "sm_issue_pct")
 
 
 BATCH_ROWS = 1 << 20  # rows per Arrow batch read from DuckDB: the memory of the read, whatever the store's size
@@ -259,7 +261,7 @@ def _map(groups: Iterator[tuple[tuple[str, int], Columns]], work: Callable[[tupl
 
 
 SOLO_SCHEMA = pa.schema([("run_id", pa.string()), ("device_id", pa.int32()), ("sig", pa.uint64()),
-                        ("dram_pct", pa.float64()), ("samples", pa.int64())])
+                        ("dram_pct", pa.float64()), ("samples", pa.int64()), ("sm_issue_pct", pa.float64())])
 UNIONS_SCHEMA = pa.schema([("run_id", pa.string()), ("device_id", pa.int32()), ("compute_ns", pa.int64()),
                           ("comm_ns", pa.int64()), ("overlap_ns", pa.int64())])
 OVERLAP_COLUMNS = ("comm_overlap_ns", "compute_overlap_ns", "copy_overlap_ns", "overlap_ns", "corunner_sm_ns",
@@ -269,19 +271,21 @@ SWEPT = pa.schema([
     *((c, pa.int64()) for c in OVERLAP_COLUMNS), ("sm_count", pa.int32()),
     ("samples", pa.int64()), *((m, pa.float64()) for m in METRICS),
     ("own_dram_pct", pa.float64()), ("working_set_bytes", pa.float64()), ("co_dram_pct", pa.float64()),
-    ("co_working_set_bytes", pa.float64()),
+    ("co_working_set_bytes", pa.float64()), ("own_sm_issue_pct", pa.float64()), ("co_sm_issue_pct", pa.float64()),
     ("step_start_ns", pa.int64()), ("step_text", pa.string()), ("occurrence", pa.int64()), ("nvtx", pa.string()),
     ("power_w", pa.float64()), ("nvml_sm_clock_mhz", pa.float64()), ("throttle_reasons", pa.int64()),
 ])
 # NULL where NaN: the float columns whose SQL is NULL where nothing is measured or nothing overlaps
-NAN_IS_NULL = (*METRICS, "working_set_bytes", "co_dram_pct", "co_working_set_bytes")
+NAN_IS_NULL = (*METRICS, "working_set_bytes", "co_dram_pct", "co_working_set_bytes", "own_sm_issue_pct",
+               "co_sm_issue_pct")
 # the views the pass replaces, each a projection of _instance_parts: (columns after run and device, condition)
 PROJECTIONS = {
     "_instance_sweeps": (f"activity_id, {', '.join(SWEPT.names)}", ""),
     "_instance_overlap": (f"activity_id, {', '.join(OVERLAP_COLUMNS)}, sm_count", ""),
     "_instance_metrics": (f"activity_id, samples, {', '.join(METRICS)}", "samples IS NOT NULL"),
-    "_activity_dram": ("activity_id, start_ns, end_ns, own_dram_pct AS dram_pct, working_set_bytes", ""),
-    "_corunner_dram": ("activity_id, own_dram_pct, co_dram_pct, co_working_set_bytes", ""),
+    "_activity_dram": ("activity_id, start_ns, end_ns, own_dram_pct AS dram_pct, working_set_bytes, "
+                       "own_sm_issue_pct AS sm_issue_pct", ""),
+    "_corunner_dram": ("activity_id, own_dram_pct, co_dram_pct, co_working_set_bytes, co_sm_issue_pct", ""),
 }
 
 
@@ -646,16 +650,19 @@ def _sweeps(con: duckdb.DuckDBPyConnection) -> None:
         out.update(_metric_means(a["_samples"], start[own], end[own]))
         # a device in one window: its own activities are all there are, and their DRAM rates give the medians
         if a["_span"] is None:
-            alone = stats.group_medians(*_alone(sig, dur, over, out["dram_pct"]))
-            solo = _solo_medians(*_solo(res.boundaries, sig, own, a["_samples"]))
+            alone = {m: stats.group_medians(*_alone(sig, dur, over, out[m])) for m in DEMAND}
+            solo = {m: _solo_medians(*_solo(res.boundaries, sig, own, a["_samples"], m)) for m in DEMAND}
         else:
             alone, solo = medians[key]
         out["_solo"] = solo
-        rate, ws = _isolated_dram(a, sig, dur, alone, solo[:2], bandwidth, dtod,
+        rate, ws = _isolated_dram(a, sig, dur, alone["dram_pct"], solo["dram_pct"][:2], bandwidth, dtod,
                                   demand.get(key, (np.zeros(0, np.uint64), np.zeros(0), np.zeros(0))))
         out["own_dram_pct"], out["working_set_bytes"] = rate[own], ws[own]
         co_rate, co_ws = _corunner_demand(res.boundaries, dur, over, rate, ws)
         out["co_dram_pct"], out["co_working_set_bytes"] = co_rate[own], co_ws[own]
+        issue = _isolated_issue(a, sig, alone["sm_issue_pct"], solo["sm_issue_pct"][:2])
+        out["own_sm_issue_pct"] = issue[own]
+        out["co_sm_issue_pct"] = _corunner_issue(res.boundaries, dur, over, issue)[own]
         index, rows = a["_occurrence"]
         out["step_start_ns"] = _gather(_column(rows, "step_start_ns"), index)
         out["occurrence"] = _gather(_column(rows, "occurrence"), index)
@@ -674,7 +681,7 @@ def _sweeps(con: duckdb.DuckDBPyConnection) -> None:
 
     def done():
         for key, cols in _map(inputs(), work):
-            solo_rates[key] = dict(zip(("sig", "dram_pct", "samples"), cols.pop("_solo"), strict=True))
+            solo_rates[key] = _solo_table(cols.pop("_solo"))
             totals = cols.pop("_totals")
             if key in unions:  # a later window of the device
                 totals = {k: v + int(unions[key][k][0]) for k, v in totals.items()}
@@ -719,32 +726,44 @@ def _alone(sig: np.ndarray, dur: np.ndarray, over: np.ndarray, dram: np.ndarray)
     return sig[alone], dram[alone]
 
 
-def _solo(b: sweeps.Boundaries, sig: np.ndarray, own: slice, samples: Columns | None) \
+def _solo(b: sweeps.Boundaries, sig: np.ndarray, own: slice, samples: Columns | None, metric: str) \
         -> tuple[np.ndarray, np.ndarray]:
-    """The signatures and DRAM rates of the GPU-metric samples taken while one of the window's own activities ran
-    with nothing else on the device (:func:`sweeps.solo_samples`; ``b``: the boundaries of the window's context).
-    Such a stretch is whole in the window that owns the activity: every activity that overlaps it is there."""
+    """The signatures and values of ``metric`` of the GPU-metric samples taken while one of the window's own
+    activities ran with nothing else on the device (:func:`sweeps.solo_samples`; ``b``: the boundaries of the
+    window's context). Such a stretch is whole in the window that owns the activity: every activity that overlaps it
+    is there."""
     if samples is None or len(samples["ts_ns"]) < 3:
         return np.zeros(0, dtype=np.uint64), np.zeros(0)
     k, who = sweeps.solo_samples(b, np.ma.getdata(samples["ts_ns"]))
     mine = (who >= own.start) & (who < own.stop)
-    dram = np.ma.filled(samples["dram_pct"], np.nan)[k[mine]]
-    measured = ~np.isnan(dram)
-    return sig[who[mine]][measured], dram[measured]
+    value = np.ma.filled(samples[metric], np.nan)[k[mine]]
+    measured = ~np.isnan(value)
+    return sig[who[mine]][measured], value[measured]
 
 
-def _solo_medians(sig: np.ndarray, dram: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _solo_medians(sig: np.ndarray, value: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per signature (sorted), the median of its solo samples and their count."""
-    keys, medians = stats.group_medians(sig, dram)
+    keys, medians = stats.group_medians(sig, value)
     return keys, medians, np.unique(sig, return_counts=True)[1].astype(np.int64)
 
 
+def _solo_table(solo: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]) -> Columns:
+    """``_solo_rates``' columns of a device from each demand metric's :func:`_solo_medians`: a row per signature
+    with a solo sample of either, its DRAM samples counted (0 where it has none)."""
+    (dsig, dram, count), (isig, issue, _) = solo["dram_pct"], solo["sm_issue_pct"]
+    sig = np.union1d(dsig, isig).astype(np.uint64)
+    samples = np.zeros(len(sig), dtype=np.int64)
+    samples[np.searchsorted(sig, dsig)] = count
+    return {"sig": sig, "dram_pct": stats.lookup(dsig, dram, sig), "samples": samples,
+            "sm_issue_pct": stats.lookup(isig, issue, sig)}
+
+
 def _alone_medians(con: duckdb.DuckDBPyConnection, size: int, ordered: bool) \
-        -> dict[tuple[str, int], tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, ...]]]:
-    """For each device of more than ``size`` activities (swept in several windows): per signature, the median
-    GPU-metric DRAM rate of its instances that ran alone (sorted signatures, medians), and that of its solo samples
-    (:func:`_solo_medians`), from a pass of its own over the same windows (the overlap with anything else, and the
-    DRAM rate means)."""
+        -> dict[tuple[str, int], tuple[dict, dict]]:
+    """For each device of more than ``size`` activities (swept in several windows): per demand metric
+    (``DEMAND``) and signature, the median of its instances that ran alone (sorted signatures, medians), and that of
+    its solo samples (:func:`_solo_medians`), from a pass of its own over the same windows (the overlap with anything
+    else, and the metric means)."""
     large = f"{duck.KEPT}._large_devices"  # a table the cursors see (they do not see temporary ones)
     con.execute(f"CREATE OR REPLACE TABLE {large} AS SELECT run_id, device_id FROM _activity_rows "
                 f"GROUP BY ALL HAVING count(*) > {size}")
@@ -753,8 +772,9 @@ def _alone_medians(con: duckdb.DuckDBPyConnection, size: int, ordered: bool) \
         return {}
     cursors = [con.cursor() for _ in range(2)]
     on = "ON t.run_id = l.run_id AND t.device_id IS NOT DISTINCT FROM l.device_id"
-    samples = _Series(_pieces(cursors[0], "SELECT run_id, device_id, ts_ns, dram_pct::DOUBLE AS dram_pct "
-                                      f"FROM _metric_wide t SEMI JOIN {large} l {on}", "ts_ns"))
+    samples = _Series(_pieces(cursors[0], "SELECT run_id, device_id, ts_ns, "
+                                          f"{', '.join(f'{m}::DOUBLE AS {m}' for m in DEMAND)} "
+                                          f"FROM _metric_wide t SEMI JOIN {large} l {on}", "ts_ns"))
     keys = set(con.sql(f"SELECT run_id, device_id FROM {large}").fetchall())
     # the activity rows as kept (a join would not keep their order), the other devices' passed over
     activities = ((k, p) for k, p in _pieces(cursors[1], "SELECT run_id, device_id, activity_id, start_ns, end_ns, "
@@ -771,22 +791,26 @@ def _alone_medians(con: duckdb.DuckDBPyConnection, size: int, ordered: bool) \
         over = b.over(b.prefix(b.level() > 1))[own]
         s = a["_samples"]
         if s is None or not len(s["ts_ns"]):
-            dram = np.full(len(over), np.nan)
+            means = np.full((len(DEMAND), len(over)), np.nan)
         else:
-            dram = sweeps.sample_means(np.ma.getdata(s["ts_ns"]), np.ma.filled(s["dram_pct"], np.nan),
-                                       start[own], end[own])[0]
+            means = sweeps.sample_means(np.ma.getdata(s["ts_ns"]),
+                                        np.stack([np.ma.filled(s[m], np.nan) for m in DEMAND]), start[own], end[own])[0]
         sig = np.ma.getdata(a["sig"])
-        return dict(zip(("sig", "dram", "solo_sig", "solo_dram"),
-                        (*_alone(sig[own], (end - start)[own], over, dram), *_solo(b, sig, own, s)), strict=True))
+        got = {}
+        for i, m in enumerate(DEMAND):
+            got.update(zip((f"sig {m}", m, f"solo_sig {m}", f"solo {m}"),
+                           (*_alone(sig[own], (end - start)[own], over, means[i]), *_solo(b, sig, own, s, m)),
+                           strict=True))
+        return got
 
-    medians: dict[tuple[str, int], tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, ...]]] = {}
+    medians: dict[tuple[str, int], tuple[dict, dict]] = {}
     key, found = None, []  # the device whose windows come, what they found
 
-    def medians_of(parts: list[Columns]) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, ...]]:
+    def medians_of(parts: list[Columns]) -> tuple[dict, dict]:
         def joined(c):
             return np.concatenate([p[c] for p in parts])
-        return (stats.group_medians(joined("sig"), joined("dram")),
-                _solo_medians(joined("solo_sig"), joined("solo_dram")))
+        return ({m: stats.group_medians(joined(f"sig {m}"), joined(m)) for m in DEMAND},
+                {m: _solo_medians(joined(f"solo_sig {m}"), joined(f"solo {m}")) for m in DEMAND})
 
     try:
         for k, got in _map(inputs(), work):
@@ -837,6 +861,27 @@ def _isolated_dram(a: Columns, sig: np.ndarray, dur: np.ndarray, medians: tuple[
     for fallback in (*fallbacks, 0.0):
         own = np.where(np.isnan(own), fallback, own)
     return own, stats.lookup(ncu_sig, ncu_ws, sig)
+
+
+def _isolated_issue(a: Columns, sig: np.ndarray, medians: tuple[np.ndarray, np.ndarray],
+                    solo: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """Each activity's SM Issue alone (% of peak, averaged over every SM): the median of its signature's instances
+    that ran alone, else of its solo samples; 0 for copies and sets (copy engines); NaN for a kernel with neither."""
+    own = stats.lookup(*medians, sig)
+    if len(solo[0]):
+        own = np.where(np.isnan(own), stats.lookup(*solo, sig), own)
+    return np.where(np.ma.getdata(a["_kernel"]), own, 0.0)
+
+
+def _corunner_issue(b: sweeps.Boundaries, dur: np.ndarray, over: np.ndarray, own: np.ndarray) -> np.ndarray:
+    """The co-runners' SM Issue alone while they overlapped each activity (NaN where nothing did, or where one of
+    them has none known): integrals over the device's boundaries, each less the activity's own part."""
+    unknown = np.isnan(own)
+    known = np.where(unknown, 0.0, own)
+    co = np.maximum(0.0, b.integral(known) - known * dur)
+    unknown_others = b.integral(mask=unknown) - unknown * dur
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where((over > 0) & (unknown_others == 0), co / over, np.nan)
 
 
 def _corunner_demand(b: sweeps.Boundaries, dur: np.ndarray, over: np.ndarray, own: np.ndarray, ws: np.ndarray) \
