@@ -362,6 +362,9 @@ def test_co_resident_corunners_share_issue_slots(tmp_path):
     row = _by_name(_attr(tmp_path, kernels=kernels, gpu_metrics=metrics))["victim"]
     assert row["corunner_sms"] == approx(100) and row["overlap_fraction"] == 1
     assert row["explained"]["sm"] == approx(1 / 3) and row["class"] == "sm"
+    # the witnesses the JSON gives: its SM Issue alone (with SMs Active, u_v) and the co-runner's alone (u_c)
+    assert (row["sm_issue_pct_iso"], row["sm_active_pct_iso"], row["co_sm_issue_pct"]) == (approx(30), approx(60),
+                                                                                           approx(40))
     kernels, metrics = _issue_store(30, 40, 20, shorten=200)
     again = _by_name(_attr(tmp_path, "shortened", kernels=kernels, gpu_metrics=metrics))["victim"]
     assert again["explained"]["sm"] == approx(1 / 3)
@@ -754,7 +757,9 @@ KERNEL_KEYS = {"run_id", "device_id", "nvtx", "group_id", "activity", "kind", "b
                # Nsight Compute witnesses (tests/test_attribute_ncu.py)
                "occupancy_source", "launch_occupancy", "ncu_match", "ncu_ctas_per_sm", "ncu_dram_pct", "ncu_l2_hit_pct",
                "ncu_working_set_bytes", "co_working_set_bytes", "l2_bytes", "cache_evidence",
-               "wait_excluded_ns"}
+               "wait_excluded_ns",
+               # the co-resident SM model's witnesses (issue slots)
+               "sm_issue_pct_iso", "co_sm_issue_pct"}
 
 
 VERDICT_KEYS = {"run_id", "device_id", "compute_ms", "comm_ms", "hidden_comm_ms", "exposed_comm_ms", "compute_lost_ms",
@@ -768,7 +773,7 @@ def test_json_contract(result_a):
     json.dumps(doc)  # plain JSON types only
     assert set(doc) == {"schema_version", "runs", "summary", "kernels", "notes", "verdicts", "waits"}
     assert [v["device_id"] for v in doc["verdicts"]] == [0] and "saved" in doc["verdicts"][0]["text"]
-    assert doc["schema_version"] == 7
+    assert doc["schema_version"] == 8
     [v] = doc["verdicts"]
     # the one overlapped compute row got a cause (sm): all of the overlapped compute time is answered; one device
     # runs no collective another device could be late for
@@ -890,7 +895,7 @@ def test_cli_json(store_a):
     rc, out, err = run_cli("attribute", store_a, "--format", "json")
     assert rc == 0, err
     doc = json.loads(out)
-    assert doc["schema_version"] == 7 and doc["kernels"][0]["name"] == "gemm_A"
+    assert doc["schema_version"] == 8 and doc["kernels"][0]["name"] == "gemm_A"
     # SM predicts 0.25 -/+ 0.1739 of the observed 0.5: the one present factor misses its band and is still named
     assert doc["kernels"][0]["class"] == "sm" and doc["kernels"][0]["agreement"] == "under"
 

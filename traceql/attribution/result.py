@@ -26,7 +26,9 @@ from .baselines import External
 # 4: waits (time collectives waited for a late rank), verdicts' coverage shares and waits
 # 5: cache_evidence extra_traffic (traffic beyond the demand alone opens the lost-reuse model)
 # 6: exposed_wait_ms in waits and verdicts (the wait that no compute of the waiting device hid)
-JSON_SCHEMA_VERSION = 7
+# 7: wait_excluded_ns (collectives compared on their transfer, less the wait for the last rank)
+# 8: sm_issue_pct_iso and co_sm_issue_pct, the witnesses of the co-resident SM model (issue slots)
+JSON_SCHEMA_VERSION = 8
 FACTORS = ("sm", "dram_bw", "cache", "clock", "link")
 # the files Attribution.write puts in its folder, in the order they are uploaded (attribution.json last)
 OUT_FILES = ("kernels.parquet", "summary.parquet", "attribution.json")
@@ -148,7 +150,7 @@ KERNEL_COLUMNS = """run_id, device_id, nvtx, group_id, activity, kind, name, sho
     sm_active_pct_ovl, nvlink_pct_ovl, pcie_pct_ovl, co_dram_pct, dram_sat_pct, dram_busy, memory_bound,
     extra_bytes_frac, footprint, clock_power, occupancy_source, launch_occupancy, ncu_match, ncu_ctas_per_sm,
     ncu_dram_pct, ncu_l2_hit_pct, ncu_working_set_bytes, co_working_set_bytes, l2_bytes, cache_evidence,
-    wait_excluded_ns"""
+    wait_excluded_ns, sm_issue_pct_iso, co_sm_issue_pct"""
 # compute kernels beside communication lead (the question traceql answers first), then what cost the most time;
 # the tail of the key makes the order total, so the same input always gives the same output
 KERNEL_ORDER = """(kind = 'compute' AND comm_fraction > 0) DESC, significant DESC,
