@@ -10,6 +10,8 @@
 #              one nsys around torchrun -> $OUT/eval_allreduce_<gpu>x2.sqlite.xz and .log
 #   comm       collectors/eval_comm.py under torchrun --nproc-per-node 2 (needs 2 GPUs), NCCL's default CTAs,
 #              one nsys around torchrun -> $OUT/eval_comm_<gpu>x2.sqlite.xz and .log
+#   held       collectors/eval_held.py the same way, nsys also tracing CUDA events (--cuda-event-trace=true, where
+#              this nsys has it) -> $OUT/eval_held_<gpu>x2.sqlite.xz and .log
 # OUT defaults to ./out. Extra arguments go to eval_cases.py. Each step has its own time limits; each step's log is
 # written to $OUT as it goes (tee), so a step cut short still leaves its log.
 set -uo pipefail
@@ -34,7 +36,7 @@ versions() {
 profile() {
   local name="$1" target="$2" mdev="$3" limit="$4"; shift 4
   echo "### profile $name"
-  time timeout "$limit" nsys profile "${NSYS[@]}" --gpu-metrics-devices="$mdev" -o "$W/$name" "$@"
+  time timeout "$limit" nsys profile "${NSYS[@]}" ${NSYS_EXTRA:-} --gpu-metrics-devices="$mdev" -o "$W/$name" "$@"
   echo "### export $name"
   timeout 150 nsys export -t sqlite --force-overwrite=true -o "$W/$name.sqlite" "$W/$name.nsys-rep"
   ls -la "$W"
@@ -75,6 +77,13 @@ for step in ${EVAL_STEPS:-cases}; do
       } 2>&1 | tee "$OUT/eval_cases_$gpu.log" ;;
     allreduce) torchrun_step allreduce NCCL_MAX_CTAS=16 NCCL_MIN_CTAS=16 ;;
     comm) torchrun_step comm ;;
-    *) echo "unknown step $step (cases, allreduce, comm)" ;;
+    held)
+      # the help read whole first: grep -q would close the pipe early, and under pipefail nsys's SIGPIPE fails the test
+      help="$(nsys profile --help 2>&1)"
+      if grep -q -- '--cuda-event-trace' <<<"$help"; then NSYS_EXTRA=--cuda-event-trace=true; fi
+      echo "held: NSYS_EXTRA=${NSYS_EXTRA:-(none: this nsys has no --cuda-event-trace)}"
+      torchrun_step held
+      NSYS_EXTRA= ;;
+    *) echo "unknown step $step (cases, allreduce, comm, held)" ;;
   esac
 done

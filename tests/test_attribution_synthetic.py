@@ -765,13 +765,13 @@ KERNEL_KEYS = {"run_id", "device_id", "nvtx", "group_id", "activity", "kind", "b
 VERDICT_KEYS = {"run_id", "device_id", "compute_ms", "comm_ms", "hidden_comm_ms", "exposed_comm_ms", "compute_lost_ms",
                 "compute_lost_lo_ms", "compute_lost_hi_ms", "compute_lost_beside_comm_ms", "lost_by_cause_ms",
                 "saved_ms", "instances_left_out", "text", "coverage_compute", "coverage_comm", "wait_ms",
-                "exposed_wait_ms", "late_run_id", "late_device_id"}
+                "exposed_wait_ms", "late_run_id", "late_device_id", "held_back_ms", "held_back_n", "held_back_by"}
 
 
 def test_json_contract(result_a):
     doc = result_a.to_json()
     json.dumps(doc)  # plain JSON types only
-    assert set(doc) == {"schema_version", "runs", "summary", "kernels", "notes", "verdicts", "waits"}
+    assert set(doc) == {"schema_version", "runs", "summary", "kernels", "notes", "verdicts", "waits", "delays"}
     assert [v["device_id"] for v in doc["verdicts"]] == [0] and "saved" in doc["verdicts"][0]["text"]
     assert doc["schema_version"] == 8
     [v] = doc["verdicts"]

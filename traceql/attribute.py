@@ -27,6 +27,7 @@ import duckdb
 from . import attribution, launch, store
 from .attribution.baselines import External
 from .attribution.result import (  # noqa: F401  (FACTORS, KERNEL_COLUMNS, as_store, input_paths: this module's API too)
+    DELAYS_SQL,
     FACTORS,
     KERNEL_COLUMNS,
     KERNEL_ORDER,
@@ -38,12 +39,14 @@ from .attribution.result import (  # noqa: F401  (FACTORS, KERNEL_COLUMNS, as_st
     baseline_run,
     check_baseline_gpus,
     check_ncu,
+    delay_note,
     input_paths,
     ncu_external,
     ncu_notes,
     ncu_store,
     unattributed_notes,
     untested_notes,
+    untraced_runs,
 )
 from .attribution.verdict import verdicts
 from .errors import BadInputError, MissingInputError, UsageError
@@ -135,8 +138,9 @@ def attribute(inputs: list[str | Path] | str | Path, *, baseline: str | Path | N
         summary = con.sql(f"SELECT * FROM device_summary ORDER BY {SUMMARY_ORDER}").to_arrow_table()
         runs = con.sql(f"SELECT {RUN_COLUMNS} FROM runs ORDER BY run_id").to_arrow_table()
         waits = con.sql(f"SELECT * FROM rank_waits ORDER BY {WAITS_ORDER}").to_arrow_table()
-        notes += untested_notes(runs)
-        return Attribution(runs, summary, kernels, notes, verdicts(summary, kernels, waits), waits)
+        delays = con.sql(DELAYS_SQL).to_arrow_table()
+        notes += untested_notes(runs) + delay_note(untraced_runs(con))
+        return Attribution(runs, summary, kernels, notes, verdicts(summary, kernels, waits, delays), waits, delays)
     finally:
         if tmp is not None:
             tmp.cleanup()

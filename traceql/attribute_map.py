@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 from . import attribution, duck, launch, store
 from .attribution.baselines import External
 from .attribution.result import (
+    DELAYS_SQL,
     KERNEL_COLUMNS,
     KERNEL_ORDER,
     RUN_COLUMNS,
@@ -28,6 +29,7 @@ from .attribution.result import (
     as_store,
     baseline_run,
     check_baseline_gpus,
+    delay_note,
     ncu_external,
     ncu_facts,
     ncu_notes_text,
@@ -35,6 +37,7 @@ from .attribution.result import (
     unattributed,
     unattributed_note,
     untested_notes,
+    untraced_runs,
 )
 from .attribution.verdict import verdicts
 from .errors import BadInputError, TraceqlError
@@ -59,6 +62,8 @@ class RunPart:
     ncu_facts: tuple | None = None
     ncu_matched: list[str] = field(default_factory=list)  # Nsight Compute runs some signature of this run matched
     waits: pa.Table | None = None  # rank_waits of this run (its devices share its clock)
+    delays: pa.Table | None = None  # its kernels held back from starting (DELAYS_SQL)
+    untraced: list[str] = field(default_factory=list)  # untraced_runs
 
 
 def attribute_run(dirs: Sequence[Path], run_id: str, shared: Sequence[str], external: External | None,
@@ -90,8 +95,9 @@ def attribute_run(dirs: Sequence[Path], run_id: str, shared: Sequence[str], exte
         summary = con.sql(f"SELECT * FROM device_summary ORDER BY {SUMMARY_ORDER}").to_arrow_table()
         groups = con.sql("SELECT count(*) FROM _signature_stats").fetchall()[0][0]
         waits = con.sql(f"SELECT * FROM rank_waits ORDER BY {WAITS_ORDER}").to_arrow_table()
+        delays = con.sql(DELAYS_SQL).to_arrow_table()
         return RunPart(run_id, runs, kernels, summary, groups, has_comm, gpus, unattributed(con), facts,
-                       matched, waits)
+                       matched, waits, delays, untraced_runs(con))
     finally:
         con.close()
 
@@ -150,10 +156,13 @@ def reduce_parts(parts: list[RunPart], inputs: Sequence[Path], baseline: Path | 
         con.register("_summary", pa.concat_tables([p.summary for p in traced]))
         con.register("_runs", pa.concat_tables([p.runs for p in parts]))
         con.register("_waits", pa.concat_tables([p.waits for p in traced]))
+        con.register("_delays", pa.concat_tables([p.delays for p in traced]))
         kernel_table = con.sql(f"SELECT * FROM _kernels ORDER BY {KERNEL_ORDER}").to_arrow_table()
         summary = con.sql(f"SELECT * FROM _summary ORDER BY {SUMMARY_ORDER}").to_arrow_table()
         runs = con.sql("SELECT DISTINCT ON (run_id) * FROM _runs ORDER BY run_id").to_arrow_table()
         waits = con.sql(f"SELECT * FROM _waits ORDER BY {WAITS_ORDER}").to_arrow_table()
+        delays = con.sql("SELECT * FROM _delays ORDER BY run_id, device_id, nvtx NULLS FIRST, delay_ms DESC, name, "
+                         "cause, held_by NULLS FIRST").to_arrow_table()
     finally:
         con.close()
     notes = ncu_notes_text(_summed_ncu_facts([p.ncu_facts for p in traced]))
@@ -165,8 +174,9 @@ def reduce_parts(parts: list[RunPart], inputs: Sequence[Path], baseline: Path | 
             total = unattributed.setdefault(reason, [0, 0, 0.0])
             total[0] += groups; total[1] += inst; total[2] += ms
     notes += [unattributed_note(reason, *unattributed[reason]) for reason in sorted(unattributed)]
-    notes += untested_notes(runs)
-    return Attribution(runs, summary, kernel_table, notes, verdicts(summary, kernel_table, waits), waits)
+    notes += untested_notes(runs) + delay_note(sorted(r for p in traced for r in p.untraced))
+    return Attribution(runs, summary, kernel_table, notes, verdicts(summary, kernel_table, waits, delays), waits,
+                       delays)
 
 
 def _summed_ncu_facts(facts: list[tuple | None]) -> tuple | None:

@@ -27,7 +27,8 @@ from .baselines import External
 # 5: cache_evidence extra_traffic (traffic beyond the demand alone opens the lost-reuse model)
 # 6: exposed_wait_ms in waits and verdicts (the wait that no compute of the waiting device hid)
 # 7: wait_excluded_ns (collectives compared on their transfer, less the wait for the last rank)
-# 8: sm_issue_pct_iso and co_sm_issue_pct, the witnesses of the co-resident SM model (issue slots)
+# 8: sm_issue_pct_iso and co_sm_issue_pct, the witnesses of the co-resident SM model (issue slots); delays (kernels
+#    held back from starting, activity_delays)
 JSON_SCHEMA_VERSION = 8
 FACTORS = ("sm", "dram_bw", "cache", "clock", "link")
 # the files Attribution.write puts in its folder, in the order they are uploaded (attribution.json last)
@@ -43,6 +44,7 @@ class Attribution:
     notes: list[str] = field(default_factory=list)
     verdicts: list[dict] = field(default_factory=list)
     waits: pa.Table | None = None  # rank_waits: per (run, device, NVTX group), the time collectives waited
+    delays: pa.Table | None = None  # DELAYS_SQL: per (run, device, NVTX group, kernel, cause), launches held back
 
     def to_json(self) -> dict:
         rows = []
@@ -62,6 +64,7 @@ class Attribution:
             "verdicts": [{k: ({c: _num(x) for c, x in v.items()} if isinstance(v, dict) else _num(v))
                           for k, v in d.items()} for d in self.verdicts],
             "waits": [{k: _num(v) for k, v in r.items()} for r in self.waits.to_pylist()] if self.waits else [],
+            "delays": [{k: _num(v) for k, v in r.items()} for r in self.delays.to_pylist()] if self.delays else [],
         }
 
 
@@ -193,6 +196,29 @@ def ncu_external(con: duckdb.DuckDBPyConnection) -> External | None:
 
 # run formats whose traces carry no GPU metrics by nature (docs/kineto.md): what attribution cannot test for them
 NO_METRICS_FORMATS = {"kineto": "torch.profiler (Kineto) traces"}
+
+
+# kernels held back from starting (activity_delays), per (run, device, NVTX group, kernel, cause, co-runner): the JSON's
+# delays; the sums are of whole nanoseconds, so every way of computing them gives the same figures
+DELAYS_SQL = """SELECT run_id, device_id, nvtx, 'kernel' AS activity, name, count(*) AS n,
+    sum(delay_ns) / 1e6 AS delay_ms, cause, held_by
+    FROM activity_delays GROUP BY run_id, device_id, nvtx, name, cause, held_by
+    ORDER BY run_id, device_id, nvtx NULLS FIRST, sum(delay_ns) DESC, name, cause, held_by NULLS FIRST"""
+
+
+def untraced_runs(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """The runs with collectives whose CUDA events were not traced (no stream_waits rows): there a kernel held back
+    from starting cannot be told from one that waited for another stream, and activity_delays gives none."""
+    return [r[0] for r in con.sql("SELECT DISTINCT run_id FROM kernels WHERE kind = 'comm' AND run_id NOT IN "
+                                  "(SELECT run_id FROM stream_waits) ORDER BY 1").fetchall()]
+
+
+def delay_note(run_ids: list[str]) -> list[str]:
+    if not run_ids:
+        return []
+    return [f"{len(run_ids)} run(s) with collectives were recorded without CUDA event tracing "
+            f"({', '.join(run_ids)}): kernels held back from starting (delays) are found only where nsys recorded "
+            "the event waits between streams (nsys profile --cuda-event-trace=true; traceql collect asks for it)"]
 
 
 def untested_notes(runs: pa.Table) -> list[str]:

@@ -10,7 +10,8 @@ apart: other co-runners (another stream's kernels, copies) slow compute too.
 Coverage is measured, not assumed: the share of the overlapped compute time and of the overlapped communication time
 (the durations of their overlapped instances) whose rows got an answer, a cause or a significant "none", rather than
 ``conflated``, ``unexplained`` or no baseline. Where the run's collectives were matched across its devices
-(``rank_waits``), the verdict says how long this device's communication waited for a late rank, and which.
+(``rank_waits``), the verdict says how long this device's communication waited for a late rank, and which. Where
+kernels were held back from starting (``activity_delays``), it says how long, and by which co-runner.
 """
 
 from __future__ import annotations
@@ -37,9 +38,13 @@ def coverage(rows: list[dict]) -> dict[str, float | None]:
     return out
 
 
-def verdicts(summary: pa.Table, kernels: pa.Table, waits: pa.Table | None = None) -> list[dict]:
+def verdicts(summary: pa.Table, kernels: pa.Table, waits: pa.Table | None = None,
+             delays: pa.Table | None = None) -> list[dict]:
     """One verdict per (run, device): numbers (ms) and a sentence."""
     rows = kernels.to_pylist()
+    held: dict[tuple, list[dict]] = {}
+    for r in delays.to_pylist() if delays is not None else []:
+        held.setdefault((r["run_id"], r["device_id"]), []).append(r)
     waited = {(w["run_id"], w["device_id"]): w for w in (waits.to_pylist() if waits is not None else [])
               if w["nvtx"] is None}
     out = []
@@ -84,6 +89,14 @@ def verdicts(summary: pa.Table, kernels: pa.Table, waits: pa.Table | None = None
                  instances_left_out=skipped, **coverage(mine))
         w = waited.get((d["run_id"], d["device_id"]), {})
         v.update({k: w.get(k) for k in ("wait_ms", "exposed_wait_ms", "late_run_id", "late_device_id")})
+        mine_held = held.get((d["run_id"], d["device_id"]), [])
+        v["held_back_ms"] = sum(r["delay_ms"] for r in mine_held) if mine_held else None
+        v["held_back_n"] = sum(r["n"] for r in mine_held) if mine_held else None
+        by = {}
+        for r in mine_held:
+            if r["held_by"] is not None:
+                by[r["held_by"]] = by.get(r["held_by"], 0.0) + r["delay_ms"]
+        v["held_back_by"] = max(by, key=lambda k: (by[k], k)) if by else None
         out.append(v)
     by_device = {(v["run_id"], v["device_id"]): v for v in out}
     for v in out:
@@ -119,4 +132,8 @@ def _sentence(v: dict, late: dict | None = None) -> str:
         if v.get("exposed_wait_ms") is not None:
             text += (f" {v['exposed_wait_ms']:.3f} ms of that wait had no compute of its own beside it; the rest was "
                      "hidden under its compute.")
+    if v.get("held_back_ms"):
+        text += (f" {v['held_back_n']} kernel launches were held back from starting, {v['held_back_ms']:.3f} ms in "
+                 "all, with nothing they depended on pending")
+        text += (f"; most of it until {v['held_back_by']} released the SMs." if v.get("held_back_by") else ".")
     return text

@@ -79,7 +79,7 @@ def gpus_present() -> bool:
 
 def nsys_flags(version: tuple[int, ...], gpu_metrics: bool, have_gpu: bool,
                user_args: list[str] | tuple[str, ...] = ()) -> list[str]:
-    """Flags that fit this nsys: CUDA + NVTX + OS runtime, graph nodes, GPU metrics on the GPUs in use.
+    """Flags that fit this nsys: CUDA + NVTX + OS runtime, graph nodes, CUDA events, GPU metrics on the GPUs in use.
 
     An option that ``user_args`` (``--nsys-args``) sets replaces traceql's: nsys refuses an option given twice.
     """
@@ -92,6 +92,11 @@ def nsys_flags(version: tuple[int, ...], gpu_metrics: bool, have_gpu: bool,
               (("--wait",), ["--wait=primary"])]
     if have_gpu and version >= (2023, 3):
         groups.append((("--cuda-graph-trace",), ["--cuda-graph-trace=node"]))
+    if have_gpu and version >= (2025, 1):
+        # the event records and stream waits between streams (CUDA_EVENT, SYNCHRONIZATION: stream_waits), without
+        # which a kernel held back from starting cannot be told from one that waited for another stream (checked
+        # with nsys 2025.3; earlier versions are not asked)
+        groups.append((("--cuda-event-trace",), ["--cuda-event-trace=true"]))
     if gpu_metrics:
         visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").strip()
         devices = visible if visible and all(p.strip().isdigit() for p in visible.split(",")) else "all"

@@ -70,6 +70,12 @@ _TABLES: dict[str, pa.Schema] = {
         ("global_pid", i64), ("global_tid", i64), ("tid", i64), ("start_ns", i64), ("end_ns", i64), ("dur_ns", i64),
         ("name", s), ("correlation_id", i64), ("return_value", i64),
     ),
+    # a stream made to wait for an event (cudaStreamWaitEvent), with the record it waits for (cudaEventRecord):
+    # nsys --cuda-event-trace=true (traceql collect asks for it); empty without it
+    "stream_waits": _schema(
+        ("global_pid", i64), ("device_id", i32), ("stream_id", i64), ("correlation_id", i64),
+        ("record_stream_id", i64), ("record_correlation_id", i64),
+    ),
     # and a DOUBLE column per metric, named as nsys names it: the columns differ between runs (WIDE)
     "gpu_metrics": _schema(("device_id", i32), ("ts_ns", i64)),
     "power": _schema(
@@ -114,6 +120,8 @@ DESCRIPTIONS = {
     "memset": "one row per memset; `sig`: the same bytes, the same id",
     "nvtx": "one row per NVTX range or mark, with its thread, nesting depth and parsed case:/key=value labels",
     "runtime_api": "one row per CUDA runtime/driver API call; correlation_id links it to its kernel or copy",
+    "stream_waits": "one row per cudaStreamWaitEvent: the stream made to wait and the call's correlation_id, and the "
+                    "cudaEventRecord it waits for (its stream and correlation_id); needs nsys --cuda-event-trace=true",
     "gpu_metrics": "one row per (GPU, sample, metric): nsys GPU metrics sampling, long format (a view of the stored "
                    "`gpu_metrics_wide`: one row per GPU and sample time, a column per metric)",
     "power": "one row per NVML sample (traceql collect --power): power, energy counter, clocks, throttle reasons",

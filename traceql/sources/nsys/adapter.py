@@ -364,6 +364,42 @@ class Adapter:
             "dur_ns": pc.subtract(r["end"], r["start"]), "name": self._names(r["nameId"]).columns(r["nameId"]),
             "correlation_id": r["correlationId"], "return_value": r["returnValue"]})  # ordered by the writer
 
+    @_reads("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", "CUPTI_ACTIVITY_KIND_CUDA_EVENT")
+    def stream_waits(self) -> pa.Table | None:
+        """Each stream made to wait for an event, with the event record it waits for: CUPTI's synchronization rows
+        of type stream-wait-event (2) joined to the event record of the same event and sync id. nsys writes them
+        with ``--cuda-event-trace=true``; without it the tables are empty or absent. The device is the record's: the
+        synchronization rows give every process's device as 0 (nsys 2025.3)."""
+        waits, events = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", "CUPTI_ACTIVITY_KIND_CUDA_EVENT"
+        if not (self.has(waits) and self.has(events)):
+            return None
+        w = self._scan(waits, ["globalPid", "streamId", "correlationId", "syncType", "eventId",
+                               "eventSyncId"], required=["globalPid", "streamId", "correlationId", "syncType"],
+                       what="stream waits")
+        e = self._scan(events, ["globalPid", "deviceId", "streamId", "correlationId", "eventId", "eventSyncId"],
+                       required=["globalPid", "streamId", "correlationId", "eventId"], what="event records")
+        self.con.register("_sw_waits", pa.table(w))
+        self.con.register("_sw_events", pa.table(e))
+        try:
+            joined = self.fetch("""
+                SELECT w.globalPid, e.deviceId, w.streamId, w.correlationId, e.streamId AS record_stream_id,
+                       e.correlationId AS record_correlation_id
+                FROM _sw_waits w JOIN _sw_events e
+                  ON e.globalPid = w.globalPid AND e.eventId = w.eventId
+                 AND e.eventSyncId IS NOT DISTINCT FROM w.eventSyncId
+                WHERE w.syncType = 2
+                ORDER BY w.globalPid, w.correlationId""")
+        finally:
+            self.con.unregister("_sw_waits")
+            self.con.unregister("_sw_events")
+        if not joined.num_rows:
+            return None
+        pid = joined.column("globalPid")
+        return pa.table({"global_pid": pid, "device_id": self._physical(pid, joined.column("deviceId")),
+                         "stream_id": joined.column("streamId"), "correlation_id": joined.column("correlationId"),
+                         "record_stream_id": joined.column("record_stream_id"),
+                         "record_correlation_id": joined.column("record_correlation_id")})
+
     @_reads("GPU_METRICS", "TARGET_INFO_GPU_METRICS")
     def gpu_metrics(self, batch_rows: int = 1 << 18, workers: int | None = None) -> Iterator[pa.RecordBatch] | None:
         """Samples in table order, as batches of device_id, ts_ns, metric, value; ``metric`` comes

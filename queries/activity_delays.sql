@@ -1,0 +1,95 @@
+-- activity_delays: GPU kernels held back from starting: each kernel that started at least 100 us later than every
+-- reason to wait allowed, in the processes whose CUDA events were traced (stream_waits: nsys --cuda-event-trace=true;
+-- without them a stream's wait for another stream cannot be told from a delay, and no row is given). A kernel may
+-- start once (1) its launch call returned, (2) the work before it on its stream ended (stream order: launch order,
+-- the correlation ids of its process), and (3) every event its stream was made to wait for since that work was
+-- launched completed: an event record completes when the work launched before it on its own stream ended.
+-- ready_ns is the latest of the three; delay_ns = start_ns - ready_ns.
+-- Cause: sms_held when (a) another kernel on the device was running at ready_ns and ended when this one started
+-- (within 20 us, the timer skew between kernels: the block scheduler placed its CTAs as that kernel's left the SMs),
+-- or (b) its CTAs cannot share an SM with those of more than half an SM (sm_exclusive, the SM model's half-an-SM
+-- test) and such co-runners held every SM through the delay (their SMs averaged over it reach the SM count); held_by
+-- names the co-runner (of several, the one that ran through most of the delay; (a) first). Otherwise unknown.
+-- columns:
+--   run_id       VARCHAR  run
+--   device_id    INTEGER  physical GPU
+--   activity_id  BIGINT   activity (_activities)
+--   global_pid   BIGINT   launching process
+--   nvtx         VARCHAR  NVTX group (NULL unless grouping by NVTX)
+--   name         VARCHAR  demangled kernel name
+--   short_name   VARCHAR  base function name
+--   start_ns     BIGINT   start (ns)
+--   ready_ns     BIGINT   the earliest start its launch, its stream and the events it waited for allowed (ns)
+--   delay_ns     BIGINT   start_ns - ready_ns (ns)
+--   cause        VARCHAR  sms_held (a co-runner ended as it started) or unknown
+--   held_by      VARCHAR  that co-runner's base function name (NULL when unknown)
+WITH traced AS (
+    SELECT DISTINCT run_id, global_pid FROM stream_waits
+), acts AS (
+    SELECT a.run_id, a.device_id, a.activity_id, a.activity, a.global_pid, a.stream_id, a.correlation_id,
+           a.start_ns, a.end_ns, a.sig, a.sm_exclusive
+    FROM _activity_rows a SEMI JOIN traced USING (run_id, global_pid)
+), ordered AS (
+    SELECT *, lag(end_ns) OVER s AS pred_end_ns, lag(correlation_id) OVER s AS pred_correlation_id
+    FROM acts
+    WINDOW s AS (PARTITION BY run_id, global_pid, stream_id ORDER BY correlation_id)
+), records AS (
+    -- each wait's event record completes when the work launched before it on its stream ended
+    SELECT w.run_id, w.global_pid, w.stream_id, w.correlation_id, p.end_ns AS record_ns
+    FROM stream_waits w ASOF LEFT JOIN acts p
+      ON p.run_id = w.run_id AND p.global_pid = w.global_pid AND p.stream_id = w.record_stream_id
+     AND p.correlation_id < w.record_correlation_id
+), dependencies AS (
+    -- the waits its stream was given between the work before it and its own launch
+    SELECT o.run_id, o.activity_id, max(r.record_ns) AS record_ns
+    FROM ordered o JOIN records r
+      ON r.run_id = o.run_id AND r.global_pid = o.global_pid AND r.stream_id = o.stream_id
+     AND r.correlation_id < o.correlation_id AND r.correlation_id > coalesce(o.pred_correlation_id, -1)
+    WHERE o.activity = 'kernel'
+    GROUP BY ALL
+), ready AS (
+    SELECT o.run_id, o.device_id, o.activity_id, o.global_pid, o.sig, o.start_ns, o.sm_exclusive,
+           greatest(l.end_ns, o.pred_end_ns, d.record_ns) AS ready_ns
+    FROM ordered o
+    JOIN runtime_api l ON l.run_id = o.run_id AND l.global_pid = o.global_pid AND l.correlation_id = o.correlation_id
+    LEFT JOIN dependencies d ON d.run_id = o.run_id AND d.activity_id = o.activity_id
+    WHERE o.activity = 'kernel'
+), delayed AS (
+    SELECT *, start_ns - ready_ns AS delay_ns FROM ready WHERE start_ns - ready_ns >= 100000
+), released AS (
+    -- (a) a co-runner that ended as it started
+    SELECT d.run_id, d.activity_id,
+           arg_max(s.short_name, least(c.end_ns, d.start_ns) - greatest(c.start_ns, d.ready_ns)) AS held_by
+    FROM delayed d
+    JOIN _activity_rows c ON c.run_id = d.run_id AND c.device_id = d.device_id AND c.activity = 'kernel'
+     AND c.activity_id <> d.activity_id AND c.start_ns <= d.ready_ns AND abs(c.end_ns - d.start_ns) <= 20000
+    JOIN _signatures s ON s.sig = c.sig
+    GROUP BY ALL
+), exclusive AS (
+    -- (b) co-runners of more than half an SM each, holding every SM through the delay of a kernel of the same kind
+    SELECT d.run_id, d.activity_id,
+           arg_max(s.short_name, c.sm_exclusive * (least(c.end_ns, d.start_ns) - greatest(c.start_ns, d.ready_ns)))
+               AS held_by,
+           sum(c.sm_exclusive * (least(c.end_ns, d.start_ns) - greatest(c.start_ns, d.ready_ns)))
+               / any_value(d.delay_ns) AS held_sms,
+           any_value(v.sm_count) AS sm_count
+    FROM delayed d
+    JOIN _activity_rows c ON c.run_id = d.run_id AND c.device_id = d.device_id AND c.activity = 'kernel'
+     AND c.activity_id <> d.activity_id AND c.sm_exclusive > 0 AND c.start_ns < d.start_ns AND c.end_ns > d.ready_ns
+    JOIN _signatures s ON s.sig = c.sig
+    JOIN devices v ON v.run_id = d.run_id AND v.device_id = d.device_id
+    WHERE d.sm_exclusive > 0
+    GROUP BY ALL
+), holders AS (
+    SELECT d.run_id, d.activity_id, coalesce(r.held_by, x.held_by) AS held_by
+    FROM delayed d
+    LEFT JOIN released r USING (run_id, activity_id)
+    LEFT JOIN exclusive x ON x.run_id = d.run_id AND x.activity_id = d.activity_id AND x.held_sms >= x.sm_count - 0.5
+    WHERE r.held_by IS NOT NULL OR x.held_by IS NOT NULL
+)
+SELECT d.run_id, d.device_id, d.activity_id, d.global_pid, g.nvtx, s.name, s.short_name, d.start_ns, d.ready_ns,
+       d.delay_ns, CASE WHEN h.held_by IS NOT NULL THEN 'sms_held' ELSE 'unknown' END AS cause, h.held_by
+FROM delayed d
+LEFT JOIN holders h USING (run_id, activity_id)
+LEFT JOIN _activity_groups g USING (run_id, activity_id)
+LEFT JOIN _signatures s ON s.sig = d.sig
