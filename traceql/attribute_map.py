@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 from . import attribution, duck, launch, store
 from .attribution.baselines import External
 from .attribution.result import (
+    DELAYS_ORDER,
     DELAYS_SQL,
     KERNEL_COLUMNS,
     KERNEL_ORDER,
@@ -161,8 +162,7 @@ def reduce_parts(parts: list[RunPart], inputs: Sequence[Path], baseline: Path | 
         summary = con.sql(f"SELECT * FROM _summary ORDER BY {SUMMARY_ORDER}").to_arrow_table()
         runs = con.sql("SELECT DISTINCT ON (run_id) * FROM _runs ORDER BY run_id").to_arrow_table()
         waits = con.sql(f"SELECT * FROM _waits ORDER BY {WAITS_ORDER}").to_arrow_table()
-        delays = con.sql("SELECT * FROM _delays ORDER BY run_id, device_id, nvtx NULLS FIRST, delay_ms DESC, name, "
-                         "cause, held_by NULLS FIRST").to_arrow_table()
+        delays = con.sql(f"SELECT * FROM _delays ORDER BY {DELAYS_ORDER}").to_arrow_table()
     finally:
         con.close()
     notes = ncu_notes_text(_summed_ncu_facts([p.ncu_facts for p in traced]))

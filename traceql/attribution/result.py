@@ -200,10 +200,10 @@ NO_METRICS_FORMATS = {"kineto": "torch.profiler (Kineto) traces"}
 
 # kernels held back from starting (activity_delays), per (run, device, NVTX group, kernel, cause, co-runner): the JSON's
 # delays; the sums are of whole nanoseconds, so every way of computing them gives the same figures
-DELAYS_SQL = """SELECT run_id, device_id, nvtx, 'kernel' AS activity, name, count(*) AS n,
+DELAYS_ORDER = "run_id, device_id, nvtx NULLS FIRST, delay_ms DESC, name, cause, held_by NULLS FIRST"
+DELAYS_SQL = f"""SELECT run_id, device_id, nvtx, 'kernel' AS activity, name, count(*) AS n,
     sum(delay_ns) / 1e6 AS delay_ms, cause, held_by
-    FROM activity_delays GROUP BY run_id, device_id, nvtx, name, cause, held_by
-    ORDER BY run_id, device_id, nvtx NULLS FIRST, sum(delay_ns) DESC, name, cause, held_by NULLS FIRST"""
+    FROM activity_delays GROUP BY run_id, device_id, nvtx, name, cause, held_by ORDER BY {DELAYS_ORDER}"""
 
 
 def untraced_runs(con: duckdb.DuckDBPyConnection) -> list[str]:
