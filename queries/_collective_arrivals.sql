@@ -23,6 +23,7 @@
 --   dur_ns           BIGINT   its kernel's duration (ns)
 --   last_arrival_ns  BIGINT   the latest arrival among the ranks (ns)
 --   late_device_id   INTEGER  the device that arrived last
+--   late_activity_id BIGINT   that device's kernel of the collective
 --   wait_ns          BIGINT   time this rank waited for the last arrival inside its kernel (ns)
 --   work_ns          BIGINT   the time the attribution compares it on: its transfer (dur_ns - wait_ns) where that is
 --                             positive, else its duration (ns)
@@ -45,7 +46,8 @@ WITH comm AS (
     HAVING min(n) = max(n) AND count(*) > 1
 ), matched AS (
     SELECT c.*, t.ranks, max(c.start_ns) OVER w AS last_arrival_ns,
-           arg_max(c.device_id, (c.start_ns, c.device_id)) OVER w AS late_device_id
+           arg_max(c.device_id, (c.start_ns, c.device_id)) OVER w AS late_device_id,
+           arg_max(c.activity_id, (c.start_ns, c.device_id)) OVER w AS late_activity_id
     FROM comm c JOIN kinds t ON t.run_id = c.run_id AND t.comm_id IS NOT DISTINCT FROM c.comm_id
      AND t.comm_op = c.comm_op
     WINDOW w AS (PARTITION BY c.run_id, c.comm_id, c.comm_op, c.seq)
@@ -53,6 +55,6 @@ WITH comm AS (
     SELECT *, least(last_arrival_ns - start_ns, dur_ns) AS wait_ns FROM matched
 )
 SELECT run_id, device_id, activity_id, comm_op, comm_id, message_bytes, seq, ranks, start_ns, end_ns, dur_ns,
-       last_arrival_ns, late_device_id, wait_ns,
+       last_arrival_ns, late_device_id, late_activity_id, wait_ns,
        CASE WHEN dur_ns - wait_ns > 0 THEN dur_ns - wait_ns ELSE dur_ns END AS work_ns
 FROM waits

@@ -3,7 +3,8 @@
 -- without them a stream's wait for another stream cannot be told from a delay, and no row is given). A kernel may
 -- start once (1) its launch call returned, (2) the work before it on its stream ended (stream order: launch order,
 -- the correlation ids of its process), and (3) every event its stream was made to wait for since that work was
--- launched completed: an event record completes when the work launched before it on its own stream ended.
+-- launched completed: an event record completes when the work launched before it on its own stream ended, and the
+-- events that stream waited for since then completed.
 -- ready_ns is the latest of the three; delay_ns = start_ns - ready_ns.
 -- Cause: sms_held when (a) another kernel on the device was running at ready_ns and ended when this one started
 -- (within 20 us, the timer skew between kernels: the block scheduler placed its CTAs as that kernel's left the SMs),
@@ -33,12 +34,23 @@ WITH traced AS (
     SELECT *, lag(end_ns) OVER s AS pred_end_ns, lag(correlation_id) OVER s AS pred_correlation_id
     FROM acts
     WINDOW s AS (PARTITION BY run_id, global_pid, stream_id ORDER BY correlation_id)
-), records AS (
-    -- each wait's event record completes when the work launched before it on its stream ended
-    SELECT w.run_id, w.global_pid, w.stream_id, w.correlation_id, p.end_ns AS record_ns
+), direct AS (
+    -- each wait's event record completes when the work launched before it on its stream ended ...
+    SELECT w.*, p.end_ns AS work_ns, p.correlation_id AS work_correlation_id
     FROM stream_waits w ASOF LEFT JOIN acts p
       ON p.run_id = w.run_id AND p.global_pid = w.global_pid AND p.stream_id = w.record_stream_id
      AND p.correlation_id < w.record_correlation_id
+), relayed AS (
+    -- ... and the events that stream was made to wait for since that work completed (a stream that passes an event
+    -- on: one step of relay here; traceql.attribution.paths follows such relays further)
+    SELECT d.run_id, d.global_pid, d.stream_id, d.correlation_id, max(r.work_ns) AS relay_ns
+    FROM direct d JOIN direct r
+      ON r.run_id = d.run_id AND r.global_pid = d.global_pid AND r.stream_id = d.record_stream_id
+     AND r.correlation_id < d.record_correlation_id AND r.correlation_id > coalesce(d.work_correlation_id, -1)
+    GROUP BY ALL
+), records AS (
+    SELECT d.run_id, d.global_pid, d.stream_id, d.correlation_id, greatest(d.work_ns, r.relay_ns) AS record_ns
+    FROM direct d LEFT JOIN relayed r USING (run_id, global_pid, stream_id, correlation_id)
 ), dependencies AS (
     -- the waits its stream was given between the work before it and its own launch
     SELECT o.run_id, o.activity_id, max(r.record_ns) AS record_ns

@@ -765,15 +765,18 @@ KERNEL_KEYS = {"run_id", "device_id", "nvtx", "group_id", "activity", "kind", "b
 VERDICT_KEYS = {"run_id", "device_id", "compute_ms", "comm_ms", "hidden_comm_ms", "exposed_comm_ms", "compute_lost_ms",
                 "compute_lost_lo_ms", "compute_lost_hi_ms", "compute_lost_beside_comm_ms", "lost_by_cause_ms",
                 "saved_ms", "instances_left_out", "text", "coverage_compute", "coverage_comm", "wait_ms",
-                "exposed_wait_ms", "late_run_id", "late_device_id", "held_back_ms", "held_back_n", "held_back_by"}
+                "exposed_wait_ms", "late_run_id", "late_device_id", "held_back_ms", "held_back_n", "held_back_by",
+                "step_ms", "reached_by_cause_ms", "path_lost_by_cause_ms", "path_other_devices_ms",
+                "path_set_by_device_id"}
 
 
 def test_json_contract(result_a):
     doc = result_a.to_json()
     json.dumps(doc)  # plain JSON types only
-    assert set(doc) == {"schema_version", "runs", "summary", "kernels", "notes", "verdicts", "waits", "delays"}
+    assert set(doc) == {"schema_version", "runs", "summary", "kernels", "notes", "verdicts", "waits", "delays",
+                        "critical_path"}
     assert [v["device_id"] for v in doc["verdicts"]] == [0] and "saved" in doc["verdicts"][0]["text"]
-    assert doc["schema_version"] == 8
+    assert doc["schema_version"] == 9
     [v] = doc["verdicts"]
     # the one overlapped compute row got a cause (sm): all of the overlapped compute time is answered; one device
     # runs no collective another device could be late for
@@ -895,7 +898,7 @@ def test_cli_json(store_a):
     rc, out, err = run_cli("attribute", store_a, "--format", "json")
     assert rc == 0, err
     doc = json.loads(out)
-    assert doc["schema_version"] == 8 and doc["kernels"][0]["name"] == "gemm_A"
+    assert doc["schema_version"] == 9 and doc["kernels"][0]["name"] == "gemm_A"
     # SM predicts 0.25 -/+ 0.1739 of the observed 0.5: the one present factor misses its band and is still named
     assert doc["kernels"][0]["class"] == "sm" and doc["kernels"][0]["agreement"] == "under"
 

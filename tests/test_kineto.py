@@ -187,7 +187,8 @@ def test_attribution_says_what_it_could_not_test(synthetic_run, tmp_path):
     assert "no GPU metrics" in note and "DRAM bandwidth, L2 cache and clock factors could not be tested" in note
     doc = result.to_json()
     assert doc["schema_version"] == JSON_SCHEMA_VERSION
-    assert set(doc) == {"schema_version", "runs", "summary", "kernels", "notes", "verdicts", "waits", "delays"}
+    assert set(doc) == {"schema_version", "runs", "summary", "kernels", "notes", "verdicts", "waits", "delays",
+                        "critical_path"}
     assert doc["runs"][0]["format"] == "kineto"
     per_run = traceql.attribute(synthetic_run, executor="local")  # the per-run path says the same
     assert note in per_run.notes

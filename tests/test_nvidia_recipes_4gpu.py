@@ -320,9 +320,10 @@ def test_dask_recipe_attribution_json_equals_local_attribute_but_for_the_metrics
         return [{k: v for k, v in r.items() if k not in keys} for r in rows]
 
     ids = {"run_id", "late_run_id"}
-    # the recipe's output was recorded under JSON schema 5: the keys schemas 6, 7 and 8 added are not in it
+    # the recipe's output was recorded under JSON schema 5: the keys schemas 6, 7, 8 and 9 added are not in it
     assert theirs["schema_version"] == 5
-    added = {"exposed_wait_ms", "held_back_ms", "held_back_n", "held_back_by"}
+    added = {"exposed_wait_ms", "held_back_ms", "held_back_n", "held_back_by", "step_ms", "reached_by_cause_ms",
+             "path_lost_by_cause_ms", "path_other_devices_ms", "path_set_by_device_id"}
     assert without(theirs["waits"], ids) == without(ours["waits"], ids | added) and len(ours["waits"]) == 4
     metric_keys = {"lost_by_cause_ms", "coverage_compute", "coverage_comm", "text"}
     assert without(theirs["verdicts"], ids | metric_keys) == without(ours["verdicts"], ids | metric_keys | added)

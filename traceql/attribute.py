@@ -44,6 +44,8 @@ from .attribution.result import (  # noqa: F401  (FACTORS, KERNEL_COLUMNS, as_st
     ncu_external,
     ncu_notes,
     ncu_store,
+    path_note,
+    step_paths,
     unattributed_notes,
     untested_notes,
     untraced_runs,
@@ -139,8 +141,11 @@ def attribute(inputs: list[str | Path] | str | Path, *, baseline: str | Path | N
         runs = con.sql(f"SELECT {RUN_COLUMNS} FROM runs ORDER BY run_id").to_arrow_table()
         waits = con.sql(f"SELECT * FROM rank_waits ORDER BY {WAITS_ORDER}").to_arrow_table()
         delays = con.sql(DELAYS_SQL).to_arrow_table()
-        notes += untested_notes(runs) + delay_note(untraced_runs(con))
-        return Attribution(runs, summary, kernels, notes, verdicts(summary, kernels, waits, delays), waits, delays)
+        paths = step_paths(con, bool(group_by_nvtx))
+        untraced = untraced_runs(con)
+        notes += untested_notes(runs) + delay_note(untraced) + path_note(untraced, bool(group_by_nvtx))
+        return Attribution(runs, summary, kernels, notes, verdicts(summary, kernels, waits, delays, paths), waits,
+                           delays, paths)
     finally:
         if tmp is not None:
             tmp.cleanup()

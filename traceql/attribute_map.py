@@ -35,6 +35,8 @@ from .attribution.result import (
     ncu_facts,
     ncu_notes_text,
     ncu_runs_of,
+    path_note,
+    step_paths,
     unattributed,
     unattributed_note,
     untested_notes,
@@ -65,6 +67,7 @@ class RunPart:
     waits: pa.Table | None = None  # rank_waits of this run (its devices share its clock)
     delays: pa.Table | None = None  # its kernels held back from starting (DELAYS_SQL)
     untraced: list[str] = field(default_factory=list)  # untraced_runs
+    paths: pa.Table | None = None  # its steps' critical paths (step_paths), where grouped by NVTX
 
 
 def attribute_run(dirs: Sequence[Path], run_id: str, shared: Sequence[str], external: External | None,
@@ -98,7 +101,7 @@ def attribute_run(dirs: Sequence[Path], run_id: str, shared: Sequence[str], exte
         waits = con.sql(f"SELECT * FROM rank_waits ORDER BY {WAITS_ORDER}").to_arrow_table()
         delays = con.sql(DELAYS_SQL).to_arrow_table()
         return RunPart(run_id, runs, kernels, summary, groups, has_comm, gpus, unattributed(con), facts,
-                       matched, waits, delays, untraced_runs(con))
+                       matched, waits, delays, untraced_runs(con), step_paths(con, bool(group_by_nvtx)))
     finally:
         con.close()
 
@@ -174,9 +177,12 @@ def reduce_parts(parts: list[RunPart], inputs: Sequence[Path], baseline: Path | 
             total = unattributed.setdefault(reason, [0, 0, 0.0])
             total[0] += groups; total[1] += inst; total[2] += ms
     notes += [unattributed_note(reason, *unattributed[reason]) for reason in sorted(unattributed)]
-    notes += untested_notes(runs) + delay_note(sorted(r for p in traced for r in p.untraced))
-    return Attribution(runs, summary, kernel_table, notes, verdicts(summary, kernel_table, waits, delays), waits,
-                       delays)
+    grouped = any(p.paths is not None for p in traced)
+    paths = pa.concat_tables([p.paths for p in traced if p.paths is not None]) if grouped else None
+    untraced = sorted(r for p in traced for r in p.untraced)
+    notes += untested_notes(runs) + delay_note(untraced) + path_note(untraced, grouped)
+    return Attribution(runs, summary, kernel_table, notes, verdicts(summary, kernel_table, waits, delays, paths),
+                       waits, delays, paths)
 
 
 def _summed_ncu_facts(facts: list[tuple | None]) -> tuple | None:

@@ -29,7 +29,10 @@ from .baselines import External
 # 7: wait_excluded_ns (collectives compared on their transfer, less the wait for the last rank)
 # 8: sm_issue_pct_iso and co_sm_issue_pct, the witnesses of the co-resident SM model (issue slots); delays (kernels
 #    held back from starting, activity_delays)
-JSON_SCHEMA_VERSION = 8
+# 9: critical_path (per step: where its critical path ran, each cause's loss and the part of it that reached the step
+#    time, traceql.attribution.paths); verdicts' step_ms, reached_by_cause_ms, path_lost_by_cause_ms,
+#    path_other_devices_ms, path_set_by_device_id
+JSON_SCHEMA_VERSION = 9
 FACTORS = ("sm", "dram_bw", "cache", "clock", "link")
 # the files Attribution.write puts in its folder, in the order they are uploaded (attribution.json last)
 OUT_FILES = ("kernels.parquet", "summary.parquet", "attribution.json")
@@ -45,6 +48,7 @@ class Attribution:
     verdicts: list[dict] = field(default_factory=list)
     waits: pa.Table | None = None  # rank_waits: per (run, device, NVTX group), the time collectives waited
     delays: pa.Table | None = None  # DELAYS_SQL: per (run, device, NVTX group, kernel, cause), launches held back
+    critical_path: pa.Table | None = None  # traceql.attribution.paths: per (run, device, NVTX group) of steps
 
     def to_json(self) -> dict:
         rows = []
@@ -65,6 +69,8 @@ class Attribution:
                           for k, v in d.items()} for d in self.verdicts],
             "waits": [{k: _num(v) for k, v in r.items()} for r in self.waits.to_pylist()] if self.waits else [],
             "delays": [{k: _num(v) for k, v in r.items()} for r in self.delays.to_pylist()] if self.delays else [],
+            "critical_path": [{k: _num(v) for k, v in r.items()} for r in self.critical_path.to_pylist()]
+            if self.critical_path else [],
         }
 
 
@@ -206,11 +212,27 @@ DELAYS_SQL = f"""SELECT run_id, device_id, nvtx, 'kernel' AS activity, name, cou
     FROM activity_delays GROUP BY run_id, device_id, nvtx, name, cause, held_by ORDER BY {DELAYS_ORDER}"""
 
 
+def step_paths(con: duckdb.DuckDBPyConnection, grouped: bool) -> pa.Table | None:
+    """The steps' critical paths (traceql.attribution.paths), where the activities are grouped into steps by NVTX."""
+    from .paths import critical_paths
+
+    return critical_paths(con) if grouped else None
+
+
 def untraced_runs(con: duckdb.DuckDBPyConnection) -> list[str]:
     """The runs with collectives whose CUDA events were not traced (no stream_waits rows): there a kernel held back
     from starting cannot be told from one that waited for another stream, and activity_delays gives none."""
     return [r[0] for r in con.sql("SELECT DISTINCT run_id FROM kernels WHERE kind = 'comm' AND run_id NOT IN "
                                   "(SELECT run_id FROM stream_waits) ORDER BY 1").fetchall()]
+
+
+def path_note(run_ids: list[str], grouped: bool) -> list[str]:
+    """Steps' critical paths in runs whose streams' waits for each other were not traced may miss those waits."""
+    if not grouped or not run_ids:
+        return []
+    return [f"runs {', '.join(run_ids)}: no CUDA event records, so the steps' critical paths do not see one stream "
+            "waiting for another's work, and what reached the step time is a lower bound there; record with "
+            "`nsys profile --cuda-event-trace=true` (traceql collect does)"]
 
 
 def delay_note(run_ids: list[str]) -> list[str]:

@@ -11,7 +11,9 @@ Coverage is measured, not assumed: the share of the overlapped compute time and 
 (the durations of their overlapped instances) whose rows got an answer, a cause or a significant "none", rather than
 ``conflated``, ``unexplained`` or no baseline. Where the run's collectives were matched across its devices
 (``rank_waits``), the verdict says how long this device's communication waited for a late rank, and which. Where
-kernels were held back from starting (``activity_delays``), it says how long, and by which co-runner.
+kernels were held back from starting (``activity_delays``), it says how long, and by which co-runner. Where the
+activities are grouped into steps (NVTX), it says how much of each cause's loss reached the steps' time on their
+critical paths (``traceql.attribution.paths``), and on which other device's work the paths ran.
 """
 
 from __future__ import annotations
@@ -39,9 +41,11 @@ def coverage(rows: list[dict]) -> dict[str, float | None]:
 
 
 def verdicts(summary: pa.Table, kernels: pa.Table, waits: pa.Table | None = None,
-             delays: pa.Table | None = None) -> list[dict]:
+             delays: pa.Table | None = None, paths: pa.Table | None = None) -> list[dict]:
     """One verdict per (run, device): numbers (ms) and a sentence."""
     rows = kernels.to_pylist()
+    steps = {(r["run_id"], r["device_id"]): r for r in (paths.to_pylist() if paths is not None else [])
+             if r["nvtx"] is None}
     held: dict[tuple, list[dict]] = {}
     for r in delays.to_pylist() if delays is not None else []:
         held.setdefault((r["run_id"], r["device_id"]), []).append(r)
@@ -97,6 +101,12 @@ def verdicts(summary: pa.Table, kernels: pa.Table, waits: pa.Table | None = None
             if r["held_by"] is not None:
                 by[r["held_by"]] = by.get(r["held_by"], 0.0) + r["delay_ms"]
         v["held_back_by"] = max(by, key=lambda k: (by[k], k)) if by else None
+        p = steps.get((d["run_id"], d["device_id"]))
+        v["step_ms"] = p["step_ms"] if p else None
+        v["reached_by_cause_ms"] = {c: p[f"reached_{c}_ms"] for c in (*CAUSES, "unexplained")} if p else None
+        v["path_lost_by_cause_ms"] = {c: p[f"lost_{c}_ms"] for c in (*CAUSES, "unexplained")} if p else None
+        v["path_other_devices_ms"] = p["path_other_devices_ms"] if p else None
+        v["path_set_by_device_id"] = p["set_by_device_id"] if p else None
         out.append(v)
     by_device = {(v["run_id"], v["device_id"]): v for v in out}
     for v in out:
@@ -132,6 +142,20 @@ def _sentence(v: dict, late: dict | None = None) -> str:
         if v.get("exposed_wait_ms") is not None:
             text += (f" {v['exposed_wait_ms']:.3f} ms of that wait had no compute of its own beside it; the rest was "
                      "hidden under its compute.")
+    if v.get("step_ms") is not None:
+        reached = sorted(((ms, c) for c, ms in v["reached_by_cause_ms"].items() if ms > 0.0005), reverse=True)
+        text += f" Its steps took {v['step_ms']:.3f} ms"
+        if reached:
+            text += ("; the losses on their critical paths, on any device, cost them " + ", ".join(
+                f"{ms:.3f} ms to {CAUSE_WORDS[c]}" for ms, c in reached) + " (its own activities lost "
+                + ", ".join(f"{v['path_lost_by_cause_ms'][c]:.3f} ms to {CAUSE_WORDS[c]}" for _, c in reached)
+                + ")")
+        else:
+            text += "; no loss on their critical paths reached their time"
+        if v.get("path_set_by_device_id") is not None:
+            text += (f"; for {v['path_other_devices_ms']:.3f} ms their critical path ran on device "
+                     f"{v['path_set_by_device_id']}'s work, which its steps waited for")
+        text += "."
     if v.get("held_back_ms"):
         text += (f" {v['held_back_n']} kernel launches were held back from starting, {v['held_back_ms']:.3f} ms in "
                  "all, with nothing they depended on pending")
