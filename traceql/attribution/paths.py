@@ -1,24 +1,27 @@
 """Stage 5 of the attribution: the critical path of each step, and how much of each attributed loss reached the
 step's time rather than being absorbed by slack.
 
-A step is an NVTX group's range instance on one device (``--group-by-nvtx``), or, without grouping, the device's
-whole timeline. Its time runs from the first start to the last end of its activities on the device. Going back from
-the activity that ended last, each activity's start was set by the latest of what it waited for: its launch call
-(the host), the work before it on its stream, or the event records its stream was made to wait for (``stream_waits``,
-recorded with CUDA event tracing); a collective matched across ranks (``_collective_arrivals``) could not end before
-the rank that arrived last, so where that rank arrived later than this one the path goes on from that rank's arrival,
-on its device. The path stops at the step's start, at a launch the host made late (the rest of the step was the
-host's), or where nothing it waited for is known.
+A step is an NVTX group's range instance on one device (``--group-by-nvtx``); without NVTX groups there are no
+steps and no rows. A step's time runs from the first start to the last end of its activities on the device.
 
-What a loss cost the step: remove cause c's loss (each activity's duration beyond its baseline, shared among the
-causes of its row's class as the verdict shares it) from the activities on the path; the step ends earlier by that
-much, except where another constraint binds first. At each start on the path, the slack is the distance from the
-constraint that set it to the next latest one (the start cannot move earlier than that without the other activities
-moving too); at a collective that waited for a late rank, its wait; at the step's end, the distance to the latest end
-of the step's activities off the path. With losses l and slacks s along the path, the reduction of the step time is
-min over the path's slack points p of (s_p + sum of the losses after p), the path's start counting as a slack of 0: a
-first-order answer that holds the activities off the path where they ran (their own losses removed, they could only
-give the path more room).
+Its critical path: going back from the activity that ended last, each activity's start was set by the latest of
+what it waited for: its launch call (the host), the work before it on its stream, or the event records its stream was
+made to wait for (``stream_waits``, recorded with CUDA event tracing; a record on a stream that only passed another
+event on is followed to the work at its source). A launch made after a host call that waited for GPU work (a
+synchronize, or a launch blocked on a full launch queue: the call returned as an activity of its process ended)
+moves with that work, and the path goes on from it, the host's time between on the path. A collective matched
+across ranks (``_collective_arrivals``) could not end before its last rank arrived, so where that rank arrived later
+than this one the path goes on from that rank's arrival, on its device. The path stops at the step's start, at a
+launch the host made late for no GPU work, or where nothing the activity waited for is known. The path's time is
+told by kind (compute, communication, copies, gaps between activities, the host's, unknown) and by device.
+
+What a loss cost the step: the step's window (every activity of the run that ran between its first start and its
+last end, on any device) is replayed with each activity's start the latest of those constraints plus the gap it
+showed (the constraints before the window as they were), its duration less its loss (its duration beyond its
+baseline, shared among the causes of its row's class as the verdict shares it; only the step's own activities, its
+NVTX group's on any device, lose it), and each collective's end its ranks' last arrival plus its transfer. The step
+ends earlier by what reached it; the rest of the loss was absorbed by slack (other work that the step waited for
+anyway). Each cause is replayed alone, then unexplained, then all losses together.
 """
 
 from __future__ import annotations
@@ -32,7 +35,6 @@ NONE, HOST, PRED, SRC, SYNC = -1, 0, 1, 2, 3
 RELEASE_NS = 20_000  # a host call returned as GPU work ended: within the timer skew between kernels (activity_delays)
 SHIFT = 44  # a key's high bits: a dense code (thread, process); its low bits: a time (ns, < 2^44: 4.9 hours)
 NEG = np.iinfo(np.int64).min // 4
-BIG = float(2 ** 60)
 TIME_KINDS = ("compute", "comm", "copy", "gap", "host", "unknown")
 
 COLUMNS = [("run_id", pa.string()), ("device_id", pa.int32()), ("nvtx", pa.string()), ("steps", pa.int64()),
@@ -68,9 +70,9 @@ def loss_shares(con) -> dict[int, np.ndarray]:
 
 
 def critical_paths(con) -> pa.Table:
-    """One row per (run, device, NVTX group) and per (run, device) (nvtx NULL: its steps together, or, without NVTX
-    groups, its whole timeline): the steps' time, where their critical paths ran, and each cause's loss and the part
-    of it that reached the steps' time."""
+    """One row per (run, device, NVTX group) of steps and per (run, device) (nvtx NULL: its steps together): the
+    steps' time, where their critical paths ran, and each cause's loss and the part of it that reached the steps'
+    time. No rows without NVTX groups."""
     shares = loss_shares(con)
     waits = con.sql("SELECT run_id, global_pid, stream_id, correlation_id, record_stream_id, record_correlation_id "
                     "FROM stream_waits").to_arrow_table()
@@ -130,11 +132,7 @@ class _Run:
         c = np.stack([launch, pred_end, src_end])
         which = np.argmax(c, axis=0)
         c1 = c.max(axis=0)
-        alt = np.sort(c, axis=0)[1]
         self.which = np.where(c1 == NEG, NONE, which)
-        self.c1 = c1
-        # the slack of a start: how far the constraint that set it can fall before the next latest binds
-        self.cap = np.where(alt == NEG, BIG, (c1 - alt).astype(np.float64))
         self.released = np.full(n, -1, dtype=np.int64)
         self.launch, self.pred_end, self.src_end = launch, pred_end, src_end
         pinned = c1 == NEG  # nothing it waited for is known: its start stays where it was
@@ -142,9 +140,7 @@ class _Run:
         self.pinned = pinned
         coll = t.column("collective").combine_chunks().dictionary_encode()
         self.coll = coll.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
-        # the latest constraint other than the host's, and other than the one that set the start
-        gpu_alt = np.where(self.which == HOST, np.maximum(pred_end, src_end), np.minimum(pred_end, src_end))
-        self._host_pacing(calls, pid, _np(t, "launch_tid", -1).astype(np.int64), launch, gpu_alt)
+        self._host_pacing(calls, pid, _np(t, "launch_tid", -1).astype(np.int64), launch)
         late = _np(t, "late_activity_id", -1).astype(np.int64)
         self.peer = np.where(late >= 0, pos[np.maximum(late, 0)], -1)
         self.peer = np.where((self.peer >= 0) & (self.S[np.maximum(self.peer, 0)] > self.S), self.peer, -1)
@@ -220,13 +216,13 @@ class _Run:
             src_end[q] = self.E[p]
             self.src[q] = p
 
-    def _host_pacing(self, calls: pa.Table, pid, tid, launch, alt_gpu) -> None:
+    def _host_pacing(self, calls: pa.Table, pid, tid, launch) -> None:
         """The host's launches after a call that waited for GPU work move with that work: a synchronize, or a launch
         that blocked on a full launch queue, returns as the work it waited for ends, and what the thread does after
         it follows. A call waited when an activity of its process ended while it ran, it returned within
         RELEASE_NS of that end, and it lasted longer than 2 x RELEASE_NS. Each launch after such a call on its thread
         is paced by the work that released the latest one: where the launch set a start, the path goes on from that
-        work (the host's time between on the path); it is no slack for a start set by other work."""
+        work (the host's time between on the path), and in a replay the launch moves as that work does."""
         launched = np.flatnonzero(tid >= 0)
         if calls.num_rows == 0 or len(launched) == 0:
             return
@@ -241,31 +237,24 @@ class _Run:
         a = by_end[np.maximum(j, 0)]
         waited = ((j >= 0) & (pid[a] == c_pid) & (self.E[a] >= c_start) & (c_end - self.E[a] <= RELEASE_NS)
                   & (c_end - c_start > 2 * RELEASE_NS))
-        c_tid, c_start, c_end, a = c_tid[waited], c_start[waited], c_end[waited], a[waited]
+        c_tid, c_end, a = c_tid[waited], c_end[waited], a[waited]
         if len(a) == 0:
             return
         tids = np.unique(np.r_[c_tid, tid[launched]])
         c_key = (np.searchsorted(tids, c_tid) << SHIFT) + c_end
         order = np.argsort(c_key, kind="stable")
-        c_key, c_start, a = c_key[order], c_start[order], a[order]
+        c_key, a = c_key[order], a[order]
         code = np.searchsorted(tids, tid[launched])
         k = np.searchsorted(c_key, (code << SHIFT) + launch[launched], side="right") - 1
         ok = (k >= 0) & ((c_key[np.maximum(k, 0)] >> SHIFT) == code)
         paced, k = launched[ok], k[ok]
         self.released[paced] = a[k]
-        # a paced launch is no slack for a start that other work set
-        other = paced[self.which[paced] != HOST]
-        self.cap[other] = np.where(alt_gpu[other] == NEG, BIG, (self.c1[other] - alt_gpu[other]).astype(np.float64))
-        # ... and where it set the start, the path goes on from the work that released the host
-        bound = paced[self.which[paced] == HOST]
-        kb = k[self.which[paced] == HOST]
-        self.which[bound] = SYNC
-        self.cap[bound] = np.minimum(np.where(alt_gpu[bound] == NEG, BIG, (self.c1[bound] - alt_gpu[bound])),
-                                     (self.E[a[kb]] - c_start[kb]).astype(np.float64))
+        # where the launch set the start, the path goes on from the work that released the host
+        self.which[paced[self.which[paced] == HOST]] = SYNC
 
     def rows(self, run_id: str) -> list[dict]:
         out: dict[tuple, dict] = {}
-        if (self.code >= 0).any():  # steps: the NVTX groups' range instances, per device
+        if (self.code >= 0).any():  # the steps: the NVTX groups' range instances, per device
             named = np.flatnonzero(self.code >= 0)
             order = named[np.lexsort((named, self.nvtx_start[named], self.code[named], self.dev[named]))]
             keys = np.stack([self.dev[order], self.code[order], self.nvtx_start[order]])
@@ -276,10 +265,6 @@ class _Run:
                 step = self.step(dev, members)
                 for key in ((dev, text), (dev, None)):
                     _add(out.setdefault(key, _empty(run_id, *key)), step)
-        else:  # the device's whole timeline
-            for dev in np.unique(self.dev):
-                _add(out.setdefault((int(dev), None), _empty(run_id, int(dev), None)),
-                     self.step(int(dev), np.flatnonzero(self.dev == dev)))
         return [_finish(r) for r in out.values()]
 
     def step(self, dev: int, members: np.ndarray) -> dict:
@@ -289,8 +274,6 @@ class _Run:
         x = int(members[np.argmax(E[members])])
         times = dict.fromkeys(TIME_KINDS, 0)
         other: dict[int, int] = {}
-        on_path = []  # (first, last) position ranges of path activities
-        elems = []  # backward: ("chain", k, i), ("peer", i), ("start", j)
 
         def spend(kind: str, d: int, ns: int) -> None:
             if ns <= 0:
@@ -306,8 +289,6 @@ class _Run:
             q = self.peer[i]
             if q >= 0:  # its end was set by the rank that arrived last
                 spend("comm", int(self.dev[i]), int(E[i] - max(S[q], t0)))
-                elems.append(("peer", i))
-                on_path.append((i, i))
                 if S[q] <= t0:
                     break
                 j = int(q)
@@ -317,18 +298,13 @@ class _Run:
                     k = k + int(np.searchsorted(E[k:i + 1], t0, side="right"))
                     self._chain_times(k, i, t0, spend)
                     spend("gap", int(self.dev[k]), int(S[k] - t0))  # before it, its wait for the one before
-                    elems.append(("chain", k, i))
-                    on_path.append((k, i))
                     break
                 self._chain_times(k, i, t0, spend)
-                elems.append(("chain", k, i))
-                on_path.append((k, i))
                 j = k
             w = self.which[j]
             if w in (PRED, SRC, SYNC):
                 p = j - 1 if w == PRED else int(self.src[j] if w == SRC else self.released[j])
                 spend("host" if w == SYNC else "gap", int(self.dev[j]), int(S[j] - max(E[p], t0)))
-                elems.append(("start", j))
                 if E[p] <= t0:
                     break
                 i = p
@@ -409,30 +385,6 @@ class _Run:
         mine = loc[members]
         span = E1[mine].max(axis=0) - S1[mine].min(axis=0)
         return np.clip((span[0] - span[1:]).astype(np.float64), 0, None)
-
-    def _follows(self, on_path: list[tuple[int, int]], t0: int, t1: int) -> np.ndarray:
-        """Positions on the path, or after it: activities running in [t0, t1] that waited, through their streams,
-        the event records their streams waited for, a late rank or a paced launch, for an activity on the path (they
-        would move with it)."""
-        dep = np.zeros(self.n, dtype=bool)
-        for a, b in on_path:
-            dep[a:b + 1] = True
-        live = np.flatnonzero((self.S < t1) & (self.E > t0))
-        seg = np.r_[0, np.cumsum(~self.same[live][1:] | (np.diff(live) != 1))] if len(live) else live
-        links = [(self.src, self.src >= 0), (self.peer, self.peer >= 0), (self.released, self.released >= 0)]
-        for _ in range(self.n + 1):
-            before = dep[live].copy()
-            got = dep[live].copy()
-            for to, has in links:
-                got |= has[live] & dep[np.maximum(to[live], 0)]
-            # down each stream: once one activity follows, every later one does
-            c = np.cumsum(got)
-            starts = np.r_[0, np.flatnonzero(np.diff(seg)) + 1]
-            base = np.repeat(c[starts] - got[starts], np.diff(np.r_[starts, len(live)]))
-            dep[live] = (c - base) > 0
-            if (dep[live] == before).all():
-                break
-        return dep
 
     def _chain_times(self, k: int, i: int, t0: int, spend) -> None:
         """Spend the chain k..i of one stream (its activities' times by kind and the gaps between them), from t0."""
