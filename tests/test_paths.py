@@ -184,3 +184,14 @@ def test_without_steps_there_are_no_paths(tmp_path):
 
     doc = attribute(build_store(tmp_path / "run", data=DATA)).to_json()
     assert doc["critical_path"] == [] and doc["verdicts"][0]["step_ms"] is None
+
+
+def test_the_per_run_executor_gives_the_same_paths(steps, tmp_path):
+    from traceql.attribute import attribute
+
+    doc, _ = steps
+    store = build_store(tmp_path / "run", data=DATA)
+    mapped = attribute(store, group_by_nvtx="case:train*", executor="local", workdir=tmp_path / "w").to_json()
+    assert [{k: v for k, v in r.items() if k != "run_id"} for r in mapped["critical_path"]] == \
+        [{k: v for k, v in r.items() if k != "run_id"} for r in doc["critical_path"]]
+    assert [v["text"] for v in mapped["verdicts"]] == [v["text"] for v in doc["verdicts"]]
