@@ -767,7 +767,7 @@ VERDICT_KEYS = {"run_id", "device_id", "compute_ms", "comm_ms", "hidden_comm_ms"
                 "saved_ms", "instances_left_out", "text", "coverage_compute", "coverage_comm", "wait_ms",
                 "exposed_wait_ms", "late_run_id", "late_device_id", "held_back_ms", "held_back_n", "held_back_by",
                 "step_ms", "reached_by_cause_ms", "path_lost_by_cause_ms", "path_other_devices_ms",
-                "path_set_by_device_id"}
+                "path_set_by_device_id", "path_wait_reached_ms"}
 
 
 def test_json_contract(result_a):

@@ -323,7 +323,7 @@ def test_dask_recipe_attribution_json_equals_local_attribute_but_for_the_metrics
     # the recipe's output was recorded under JSON schema 5: the keys schemas 6, 7, 8 and 9 added are not in it
     assert theirs["schema_version"] == 5
     added = {"exposed_wait_ms", "held_back_ms", "held_back_n", "held_back_by", "step_ms", "reached_by_cause_ms",
-             "path_lost_by_cause_ms", "path_other_devices_ms", "path_set_by_device_id"}
+             "path_lost_by_cause_ms", "path_other_devices_ms", "path_set_by_device_id", "path_wait_reached_ms"}
     assert without(theirs["waits"], ids) == without(ours["waits"], ids | added) and len(ours["waits"]) == 4
     metric_keys = {"lost_by_cause_ms", "coverage_compute", "coverage_comm", "text"}
     assert without(theirs["verdicts"], ids | metric_keys) == without(ours["verdicts"], ids | metric_keys | added)

@@ -109,6 +109,8 @@ def test_a_late_rank_sets_the_others_step():
     assert reach == pytest.approx(50)
     assert row["set_by_device_id"] == 0 and row["path_other_devices_ms"] * 1e6 == pytest.approx(100)
     assert row["lost_sm_ms"] == 0  # device 1's own activities lost nothing
+    # had it not waited for device 0, its all-reduce would have ended at 20 + 10: its step 80 earlier
+    assert row["reached_wait_ms"] * 1e6 == pytest.approx(80)
     # device 0's own step: its loss reaches it whole
     assert _reach(run, dev=0)[0] == pytest.approx(50)
 
@@ -195,3 +197,83 @@ def test_the_per_run_executor_gives_the_same_paths(steps, tmp_path):
     assert [{k: v for k, v in r.items() if k != "run_id"} for r in mapped["critical_path"]] == \
         [{k: v for k, v in r.items() if k != "run_id"} for r in doc["critical_path"]]
     assert [v["text"] for v in mapped["verdicts"]] == [v["text"] for v in doc["verdicts"]]
+
+
+# The held-out check: 4 x H200, rank 2 slowed in steps 1 and 3 (tests/data/h200x4_paths/EXPECTED.md, written before
+# the trace was collected, after the paths code was committed)
+DATA4, SLOW_DEVICE, OTHERS = Path(__file__).parent / "data" / "h200x4_paths", 2, (0, 1, 3)
+
+
+@pytest.fixture(scope="module")
+def steps4(tmp_path_factory):
+    from traceql.attribute import attribute
+
+    store = build_store(tmp_path_factory.mktemp("paths4") / "run", data=DATA4)
+    doc = attribute(store, group_by_nvtx="case:train*").to_json()
+    out = {}
+    for r in doc["critical_path"]:
+        if r["nvtx"] is not None:
+            labels = dict(kv.split("=", 1) for kv in r["nvtx"].split(";")[1:])
+            assert labels["slow"] == str(int(int(labels["step"]) in SLOW))
+            out[(r["device_id"], int(labels["step"]))] = r
+    return doc, out
+
+
+def test_four_ranks_1_the_others_paths_ran_on_the_slow_rank(steps4):
+    _, s = steps4
+    for d in OTHERS:
+        for k in SLOW:
+            assert s[(d, k)]["path_other_devices_ms"] >= 50 and s[(d, k)]["set_by_device_id"] == SLOW_DEVICE, (d, k)
+
+
+def test_four_ranks_2_more_so_than_in_clean_steps(steps4):
+    _, s = steps4
+    for d in OTHERS:
+        other = {k: s[(d, k)]["path_other_devices_ms"] for k in (*SLOW, *CLEAN)}
+        assert min(other[k] for k in SLOW) > max(other[k] for k in CLEAN), (d, other)
+
+
+def test_four_ranks_3_the_slow_ranks_sm_loss_reached_its_steps(steps4):
+    _, s = steps4
+    for k in SLOW:
+        assert s[(SLOW_DEVICE, k)]["reached_sm_ms"] >= 0.5 * s[(SLOW_DEVICE, k)]["lost_sm_ms"]
+
+
+def test_four_ranks_4_and_the_others_steps(steps4):
+    _, s = steps4
+    for d in OTHERS:
+        for k in SLOW:
+            assert s[(d, k)]["reached_sm_ms"] >= 40, (d, k)
+
+
+def test_four_ranks_5_what_reached_is_what_the_step_took_longer(steps4):
+    _, s = steps4
+    step0 = statistics.median(s[(SLOW_DEVICE, k)]["step_ms"] for k in CLEAN)
+    reached0 = statistics.median(s[(SLOW_DEVICE, k)]["reached_all_ms"] for k in CLEAN)
+    for k in SLOW:
+        longer = s[(SLOW_DEVICE, k)]["step_ms"] - step0
+        assert abs(longer - (s[(SLOW_DEVICE, k)]["reached_all_ms"] - reached0)) <= 0.35 * longer
+
+
+@pytest.mark.xfail(strict=True, reason="expectation 6 missed: in clean step 2, device 0's critical path ran on "
+                   "device 2's work for 497 of 578 ms (device 2 arrived last at the step's final all-reduce, and a "
+                   "path that jumps to a rank follows that rank's step back). Kept as written "
+                   "(tests/data/h200x4_paths/README.md)")
+def test_four_ranks_6_the_slow_rank_sets_little_of_the_others_clean_steps(steps4):
+    _, s = steps4
+    for d in OTHERS:
+        for k in CLEAN:
+            r = s[(d, k)]
+            on_slow = r["path_other_devices_ms"] if r["set_by_device_id"] == SLOW_DEVICE else 0.0
+            assert on_slow < 0.25 * r["step_ms"], (d, k, on_slow)
+
+
+def test_four_ranks_waiting_cost_the_others_only_in_the_slowed_steps(steps4):
+    """A regression check written after the figures were seen (not one of EXPECTED.md's expectations): what waiting
+    for other ranks cost the others' steps (reached_wait_ms) is 39-111 ms in the slowed steps and at most 0.5 ms in
+    the clean ones, device 0's step 2 included, whose path ran on device 2."""
+    _, s = steps4
+    for d in OTHERS:
+        assert min(s[(d, k)]["reached_wait_ms"] for k in SLOW) > 30, d
+        assert max(s[(d, k)]["reached_wait_ms"] for k in CLEAN) < 1, d
+    assert all(s[(SLOW_DEVICE, k)]["reached_wait_ms"] < 1 for k in (*SLOW, *CLEAN))

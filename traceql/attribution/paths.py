@@ -21,7 +21,8 @@ showed (the constraints before the window as they were), its duration less its l
 baseline, shared among the causes of its row's class as the verdict shares it; only the step's own activities, its
 NVTX group's on any device, lose it), and each collective's end its ranks' last arrival plus its transfer. The step
 ends earlier by what reached it; the rest of the loss was absorbed by slack (other work that the step waited for
-anyway). Each cause is replayed alone, then unexplained, then all losses together.
+anyway). Each cause is replayed alone, then unexplained, then all losses together; and once with every collective
+ending its transfer after its own rank's arrival (no rank waiting for another): what waiting for late ranks cost.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ COLUMNS = [("run_id", pa.string()), ("device_id", pa.int32()), ("nvtx", pa.strin
            *((f"path_{k}_ms", pa.float64()) for k in TIME_KINDS),
            ("path_other_devices_ms", pa.float64()), ("set_by_device_id", pa.int32()),
            *((f"lost_{c}_ms", pa.float64()) for c in LOSSES),
-           *((f"reached_{c}_ms", pa.float64()) for c in LOSSES)]
+           *((f"reached_{c}_ms", pa.float64()) for c in LOSSES), ("reached_wait_ms", pa.float64())]
 SCHEMA = pa.schema(COLUMNS)
 ORDER = "run_id, device_id, nvtx NULLS FIRST"
 
@@ -313,7 +314,7 @@ class _Run:
                 break
         reached = self.replay(members, t0, int(E[x]))
         return dict(steps=1, span=int(E[x] - t0), times=times, other=other,
-                    lost=self.loss[members].sum(axis=0), reached=reached)
+                    lost=self.loss[members].sum(axis=0), reached=reached[:-1], wait=reached[-1])
 
     def replay(self, members: np.ndarray, t0: int, t1: int) -> np.ndarray:
         """How much earlier the step would end with each loss vector's losses of its own activities (its NVTX
@@ -323,12 +324,12 @@ class _Run:
         end the latest arrival among its ranks plus its transfer. What ran before t0 stays where it ran."""
         n = self.n
         W = np.flatnonzero((self.S < t1) & (self.E > t0))
-        m, K = len(W), len(LOSSES) + 1
+        m, K = len(W), len(LOSSES) + 2  # as it ran, without each loss vector's losses, without waits for ranks
         loc = np.full(n, -1, dtype=np.int64)
         loc[W] = np.arange(m)
         own = (self.code[W] == self.code[members[0]])
         cut = np.zeros((m, K), dtype=np.int64)
-        cut[:, 1:] = np.rint(self.loss[W] * own[:, None]).astype(np.int64)
+        cut[:, 1:-1] = np.rint(self.loss[W] * own[:, None]).astype(np.int64)
         d = np.maximum(0, self.work[W][:, None] - cut)  # its duration, or a collective's transfer
         coll = self.coll[W]
         is_coll = (coll >= 0)[:, None]
@@ -370,6 +371,7 @@ class _Run:
                 np.maximum.at(arrival, inv, S1[coll >= 0])
                 g = np.full((m, K), NEG, dtype=np.int64)
                 g[coll >= 0] = arrival[inv]
+                g[:, -1] = NEG  # the last column: every rank's collective ends its transfer after its own arrival
                 a = np.where(is_coll, np.maximum(a, g + d), a)
             b = gap + d
             a[first] = np.maximum(a[first], pred_fixed[first] + b[first])
@@ -384,7 +386,7 @@ class _Run:
             S1, E1 = S2, E2
         mine = loc[members]
         span = E1[mine].max(axis=0) - S1[mine].min(axis=0)
-        return np.clip((span[0] - span[1:]).astype(np.float64), 0, None)
+        return np.clip((span[0] - span[1:]).astype(np.float64), 0, None)  # each loss vector's, then the waits'
 
     def _chain_times(self, k: int, i: int, t0: int, spend) -> None:
         """Spend the chain k..i of one stream (its activities' times by kind and the gaps between them), from t0."""
@@ -398,7 +400,7 @@ class _Run:
 
 def _empty(run_id: str, dev: int, nvtx: str | None) -> dict:
     return dict(run_id=run_id, device_id=dev, nvtx=nvtx, steps=0, span=0, times=dict.fromkeys(TIME_KINDS, 0),
-                other={}, lost=np.zeros(len(LOSSES)), reached=np.zeros(len(LOSSES)))
+                other={}, lost=np.zeros(len(LOSSES)), reached=np.zeros(len(LOSSES)), wait=0.0)
 
 
 def _add(acc: dict, step: dict) -> None:
@@ -410,6 +412,7 @@ def _add(acc: dict, step: dict) -> None:
         acc["other"][d] = acc["other"].get(d, 0) + v
     acc["lost"] = acc["lost"] + step["lost"]
     acc["reached"] = acc["reached"] + step["reached"]
+    acc["wait"] += step["wait"]
 
 
 def _finish(acc: dict) -> dict:
@@ -420,4 +423,5 @@ def _finish(acc: dict) -> dict:
     row["set_by_device_id"] = max(acc["other"], key=lambda d: (acc["other"][d], -d)) if acc["other"] else None
     row.update({f"lost_{c}_ms": float(v) / 1e6 for c, v in zip(LOSSES, acc["lost"], strict=True)})
     row.update({f"reached_{c}_ms": float(v) / 1e6 for c, v in zip(LOSSES, acc["reached"], strict=True)})
+    row["reached_wait_ms"] = float(acc["wait"]) / 1e6
     return row

@@ -31,7 +31,7 @@ from .baselines import External
 #    held back from starting, activity_delays)
 # 9: critical_path (per step: where its critical path ran, each cause's loss and the part of it that reached the step
 #    time, traceql.attribution.paths); verdicts' step_ms, reached_by_cause_ms, path_lost_by_cause_ms,
-#    path_other_devices_ms, path_set_by_device_id
+#    path_other_devices_ms, path_set_by_device_id, path_wait_reached_ms
 JSON_SCHEMA_VERSION = 9
 FACTORS = ("sm", "dram_bw", "cache", "clock", "link")
 # the files Attribution.write puts in its folder, in the order they are uploaded (attribution.json last)

@@ -107,6 +107,7 @@ def verdicts(summary: pa.Table, kernels: pa.Table, waits: pa.Table | None = None
         v["path_lost_by_cause_ms"] = {c: p[f"lost_{c}_ms"] for c in (*CAUSES, "unexplained")} if p else None
         v["path_other_devices_ms"] = p["path_other_devices_ms"] if p else None
         v["path_set_by_device_id"] = p["set_by_device_id"] if p else None
+        v["path_wait_reached_ms"] = p["reached_wait_ms"] if p else None
         out.append(v)
     by_device = {(v["run_id"], v["device_id"]): v for v in out}
     for v in out:
@@ -155,6 +156,8 @@ def _sentence(v: dict, late: dict | None = None) -> str:
         if v.get("path_set_by_device_id") is not None:
             text += (f"; for {v['path_other_devices_ms']:.3f} ms their critical path ran on device "
                      f"{v['path_set_by_device_id']}'s work, which its steps waited for")
+        if v.get("path_wait_reached_ms"):
+            text += f"; waiting for other ranks at collectives cost them {v['path_wait_reached_ms']:.3f} ms"
         text += "."
     if v.get("held_back_ms"):
         text += (f" {v['held_back_n']} kernel launches were held back from starting, {v['held_back_ms']:.3f} ms in "
