@@ -277,3 +277,18 @@ def test_four_ranks_waiting_cost_the_others_only_in_the_slowed_steps(steps4):
         assert min(s[(d, k)]["reached_wait_ms"] for k in SLOW) > 30, d
         assert max(s[(d, k)]["reached_wait_ms"] for k in CLEAN) < 1, d
     assert all(s[(SLOW_DEVICE, k)]["reached_wait_ms"] < 1 for k in (*SLOW, *CLEAN))
+
+
+def test_the_table_lists_the_steps_most_reached_first(tmp_path):
+    from traceql.attribute import attribute
+    from traceql.render import render_attribution
+
+    result = attribute(build_store(tmp_path / "run", data=DATA), group_by_nvtx="case:train*")
+    text = render_attribution(result, "table", limit=2)
+    assert "steps' critical paths" in text
+    section = text.split("steps' critical paths")[1].split("activities by signature")[0]
+    # the two rows shown are the slowed steps (slow=1), where device 0's loss reached them whole
+    rows = [line for line in section.splitlines() if line.strip().startswith("train_ddp")]
+    assert len(rows) == 2 and all(line.split()[1] == "0" for line in rows)
+    flat = "".join(section.split())
+    assert flat.count("slow=1") == 2 and "slow=0" not in flat

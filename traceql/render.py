@@ -88,6 +88,23 @@ def render_attribution(result, fmt: str, limit: int = 25) -> str:
             "-" if r["overlap_fraction"] is None else f"{r['overlap_fraction']:.1%}",
             _pct(r["compute_slowdown"]), f"{r['overlapped_kernels']}/{r['compute_kernels']}")))
     console.print(summary, markup=False)
+    steps = sorted((r for r in (result.critical_path.to_pylist() if result.critical_path is not None else [])
+                    if r["nvtx"] is not None), key=lambda r: -(r["reached_all_ms"] + r["reached_wait_ms"]))
+    if steps:
+        paths = table(f"steps' critical paths (ms, per NVTX group, its instances summed; top {limit} by what reached "
+                      "them; lost: the "
+                      "group's own activities' loss beyond their baselines; reached: what of the losses on the path, "
+                      "on any device, reached the steps' time; waits: what waiting for late ranks cost them)",
+                      ("run", "dev", "nvtx", "steps", "time", "path on", "lost", "reached", "of it SMs", "waits"),
+                      {"run": 12, "nvtx": 16})
+        for r in steps[:limit]:
+            on = (f"dev {r['set_by_device_id']} {r['path_other_devices_ms']:.1f}"
+                  if r["set_by_device_id"] is not None else "-")
+            paths.add_row(*map(cell, (
+                names.get(r["run_id"], r["run_id"]), str(r["device_id"]), r["nvtx"], str(r["steps"]),
+                f"{r['step_ms']:.1f}", on, f"{r['lost_all_ms']:.1f}", f"{r['reached_all_ms']:.1f}",
+                f"{r['reached_sm_ms']:.1f}", f"{r['reached_wait_ms']:.1f}")))
+        console.print(paths, markup=False)
     overlapped = [r for r in result.kernels.to_pylist() if r["n_overlapped"]]  # never overlapped: nothing to say
     grouped = any(r["nvtx"] for r in overlapped)
     several = len({r["run_id"] for r in overlapped}) > 1  # which run a row is of, when there is a choice
