@@ -287,8 +287,8 @@ def test_the_table_lists_the_steps_most_reached_first(tmp_path):
     text = render_attribution(result, "table", limit=2)
     assert "steps' critical paths" in text
     section = text.split("steps' critical paths")[1].split("activities by signature")[0]
-    # the two rows shown are the slowed steps (slow=1), where device 0's loss reached them whole
+    # the two rows shown are slowed steps (slow=1): device 1's, which device 0's loss and the waits for it reached
     rows = [line for line in section.splitlines() if line.strip().startswith("train_ddp")]
-    assert len(rows) == 2 and all(line.split()[1] == "0" for line in rows)
+    assert len(rows) == 2 and all(line.split()[1] == "1" and "dev 0" in line for line in rows)
     flat = "".join(section.split())
     assert flat.count("slow=1") == 2 and "slow=0" not in flat
