@@ -187,23 +187,46 @@ class _Run:
         for v in by_stream.values():
             v.sort(key=lambda w: w["correlation_id"])
         wait_corrs = {k: [w["correlation_id"] for w in v] for k, v in by_stream.items()}
+        # per stream, the latest-ending source of its waits so far since its last work (filled as they resolve)
+        best_since: dict[tuple, list] = {}
+        memo: dict[tuple, int] = {}
         import bisect
+
+        def last_work(p: int, s: int, c: int) -> int:
+            blk = blocks.get((p, s))
+            if blk is None:
+                return -1
+            k = blk[0] + int(np.searchsorted(corr[blk[0]:blk[1]], c, side="left")) - 1
+            return k if k >= blk[0] else -1
+
+        def waits_best(p: int, s: int, upto: int, depth: int) -> int:
+            """The latest-ending source of the first ``upto`` waits on (p, s) that came after its last work."""
+            ws, cs = by_stream[(p, s)], wait_corrs[(p, s)]
+            done = best_since.setdefault((p, s), [])
+            while len(done) < upto:
+                i = len(done)
+                w = ws[i]
+                work = last_work(p, s, cs[i])
+                q = source(p, w["record_stream_id"], w["record_correlation_id"], depth + 1)
+                prev = done[i - 1] if i and last_work(p, s, cs[i - 1]) == work else -1
+                done.append(q if prev < 0 or (q >= 0 and self.E[q] > self.E[prev]) else prev)
+            return done[upto - 1] if upto else -1
 
         def source(p: int, s: int, c: int, depth: int = 0) -> int:
             """The activity whose end completes an event recorded on stream s of process p at correlation id c."""
-            blk = blocks.get((p, s))
-            last, since = -1, -1
-            if blk is not None:
-                k = blk[0] + int(np.searchsorted(corr[blk[0]:blk[1]], c, side="left")) - 1
-                if k >= blk[0]:
-                    last, since = k, int(corr[k])
-            best = last
+            key = (p, s, c)
+            if key in memo:
+                return memo[key]
+            best = last = last_work(p, s, c)
             if depth < 8 and (p, s) in by_stream:
-                ws, cs = by_stream[(p, s)], wait_corrs[(p, s)]
-                for w in ws[bisect.bisect_right(cs, since):bisect.bisect_left(cs, c)]:
-                    q = source(p, w["record_stream_id"], w["record_correlation_id"], depth + 1)
+                cs = wait_corrs[(p, s)]
+                upto = bisect.bisect_left(cs, c)
+                since = int(corr[last]) if last >= 0 else -1
+                if upto and cs[upto - 1] > since:  # waits after its last work, before the record
+                    q = waits_best(p, s, upto, depth)
                     if q >= 0 and (best < 0 or self.E[q] > self.E[best]):
                         best = q
+            memo[key] = best
             return best
 
         for w in rows:
@@ -324,12 +347,16 @@ class _Run:
         end the latest arrival among its ranks plus its transfer. What ran before t0 stays where it ran."""
         n = self.n
         W = np.flatnonzero((self.S < t1) & (self.E > t0))
-        m, K = len(W), len(LOSSES) + 2  # as it ran, without each loss vector's losses, without waits for ranks
+        m = len(W)
         loc = np.full(n, -1, dtype=np.int64)
         loc[W] = np.arange(m)
         own = (self.code[W] == self.code[members[0]])
+        losses = np.rint(self.loss[W] * own[:, None]).astype(np.int64)
+        # the columns replayed: as it ran, without each loss vector that has a loss here, without waits for ranks
+        some = np.flatnonzero(losses.any(axis=0))
+        K = len(some) + 2
         cut = np.zeros((m, K), dtype=np.int64)
-        cut[:, 1:-1] = np.rint(self.loss[W] * own[:, None]).astype(np.int64)
+        cut[:, 1:-1] = losses[:, some]
         d = np.maximum(0, self.work[W][:, None] - cut)  # its duration, or a collective's transfer
         coll = self.coll[W]
         is_coll = (coll >= 0)[:, None]
@@ -386,7 +413,11 @@ class _Run:
             S1, E1 = S2, E2
         mine = loc[members]
         span = E1[mine].max(axis=0) - S1[mine].min(axis=0)
-        return np.clip((span[0] - span[1:]).astype(np.float64), 0, None)  # each loss vector's, then the waits'
+        gain = np.clip((span[0] - span[1:]).astype(np.float64), 0, None)
+        out = np.zeros(len(LOSSES) + 1)  # each loss vector's (none where it had no loss), then the waits'
+        out[some] = gain[:-1]
+        out[-1] = gain[-1]
+        return out
 
     def _chain_times(self, k: int, i: int, t0: int, spend) -> None:
         """Spend the chain k..i of one stream (its activities' times by kind and the gaps between them), from t0."""
