@@ -15,14 +15,15 @@ than this one the path goes on from that rank's arrival, on its device. The path
 launch the host made late for no GPU work, or where nothing the activity waited for is known. The path's time is
 told by kind (compute, communication, copies, gaps between activities, the host's, unknown) and by device.
 
-What a loss cost the step: the step's window (every activity of the run that ran between its first start and its
-last end, on any device) is replayed with each activity's start the latest of those constraints plus the gap it
-showed (the constraints before the window as they were), its duration less its loss (its duration beyond its
-baseline, shared among the causes of its row's class as the verdict shares it; only the step's own activities, its
-NVTX group's on any device, lose it), and each collective's end its ranks' last arrival plus its transfer. The step
-ends earlier by what reached it; the rest of the loss was absorbed by slack (other work that the step waited for
-anyway). Each cause is replayed alone, then unexplained, then all losses together; and once with every collective
-ending its transfer after its own rank's arrival (no rank waiting for another): what waiting for late ranks cost.
+What a loss cost the step: the step's window (every activity of the run that ran between the first start and the last
+end of the step on the devices that ran it: its NVTX group's k-th instance on each device) is replayed, each
+activity's start the latest of those constraints plus the gap it showed (the constraints before the window as they
+were), its duration less its loss (its duration beyond its baseline, shared among the causes of its row's class as
+the verdict shares it; only the step's own activities, its NVTX group's on any device, lose it), and each
+collective's end its ranks' last arrival plus its transfer. The step ends earlier by what reached it; the rest of the
+loss was absorbed by slack (other work that the step waited for anyway). Each cause is replayed alone, then
+unexplained, then all losses together; and once with every collective ending its transfer after its own rank's
+arrival (no rank waiting for another): what waiting for late ranks cost.
 """
 
 from __future__ import annotations
@@ -159,6 +160,9 @@ class _Run:
         gid, t0 = _np(t, "group_id", -1), _np(t, "t0_ns", np.nan)
         work = _np(t, "work_ns").astype(np.float64)
         self.work = np.where(self.coll >= 0, work, self.E - self.S).astype(np.int64)
+        self.by_start = np.argsort(self.S, kind="stable")
+        self.S_sorted = self.S[self.by_start]
+        self.longest = int((self.E - self.S).max()) if n else 0
         excess = np.where(np.isnan(t0), 0.0, np.maximum(0.0, work - np.nan_to_num(t0)))
         gid = gid.astype(np.int64)
         table = np.zeros((max(int(gid.max()), max(shares, default=0)) + 2, len(LOSSES) - 1))
@@ -278,16 +282,28 @@ class _Run:
 
     def rows(self, run_id: str) -> list[dict]:
         out: dict[tuple, dict] = {}
-        if (self.code >= 0).any():  # the steps: the NVTX groups' range instances, per device
-            named = np.flatnonzero(self.code >= 0)
-            order = named[np.lexsort((named, self.nvtx_start[named], self.code[named], self.dev[named]))]
-            keys = np.stack([self.dev[order], self.code[order], self.nvtx_start[order]])
-            cuts = np.flatnonzero(np.r_[True, (keys[:, 1:] != keys[:, :-1]).any(axis=0), True])
-            for a, b in zip(cuts[:-1], cuts[1:], strict=False):
-                members = np.sort(order[a:b])
-                dev, text = int(self.dev[members[0]]), self.texts[self.code[members[0]]]
+        if not (self.code >= 0).any():
+            return []
+        # the steps: the NVTX groups' range instances, per device
+        named = np.flatnonzero(self.code >= 0)
+        order = named[np.lexsort((named, self.nvtx_start[named], self.code[named], self.dev[named]))]
+        keys = np.stack([self.dev[order], self.code[order], self.nvtx_start[order]])
+        cuts = np.flatnonzero(np.r_[True, (keys[:, 1:] != keys[:, :-1]).any(axis=0), True])
+        # one step on every device that ran it: the k-th instance of a group's text on each device, replayed
+        # together (the ranks' steps span nearly the same time)
+        together: dict[tuple, list] = {}
+        seen: dict[tuple, int] = {}
+        for a, b in zip(cuts[:-1], cuts[1:], strict=False):
+            members = np.sort(order[a:b])
+            dev, code = int(self.dev[members[0]]), int(self.code[members[0]])
+            k = seen[(dev, code)] = seen.get((dev, code), -1) + 1
+            together.setdefault((code, k), []).append((dev, members))
+        for (code, _), steps in sorted(together.items()):
+            reached = self.replay([m for _, m in steps])
+            for (dev, members), r in zip(steps, reached, strict=True):
                 step = self.step(dev, members)
-                for key in ((dev, text), (dev, None)):
+                step["reached"], step["wait"] = r[:-1], r[-1]
+                for key in ((dev, self.texts[code]), (dev, None)):
                     _add(out.setdefault(key, _empty(run_id, *key)), step)
         return [_finish(r) for r in out.values()]
 
@@ -335,22 +351,25 @@ class _Run:
             else:
                 spend("host" if w == HOST else "unknown", int(self.dev[j]), int(S[j] - t0))
                 break
-        reached = self.replay(members, t0, int(E[x]))
-        return dict(steps=1, span=int(E[x] - t0), times=times, other=other,
-                    lost=self.loss[members].sum(axis=0), reached=reached[:-1], wait=reached[-1])
+        return dict(steps=1, span=int(E[x] - t0), times=times, other=other, lost=self.loss[members].sum(axis=0))
 
-    def replay(self, members: np.ndarray, t0: int, t1: int) -> np.ndarray:
-        """How much earlier the step would end with each loss vector's losses of its own activities (its NVTX
-        group's, on every device) removed: the activities running in [t0, t1] replayed with the same gaps, each start
-        the latest of its launch (the host's time, or, after a call that waited for GPU work, that work's end moved
-        as it moves), the end before it on its stream and the event records its stream waited for, a collective's
-        end the latest arrival among its ranks plus its transfer. What ran before t0 stays where it ran."""
+    def replay(self, steps: list[np.ndarray]) -> list[np.ndarray]:
+        """How much earlier each of ``steps`` (one step's activities on each device that ran it) would end with each
+        loss vector's losses of its own activities (its NVTX group's, on every device) removed, and without waits for
+        other ranks: the activities running in the steps' window replayed with the same gaps, each start the latest
+        of its launch (the host's time, or, after a call that waited for GPU work, that work's end moved as it
+        moves), the end before it on its stream and the event records its stream waited for, a collective's end the
+        latest arrival among its ranks plus its transfer. What ran before the window stays where it ran."""
         n = self.n
-        W = np.flatnonzero((self.S < t1) & (self.E > t0))
+        t0 = min(int(self.S[m].min()) for m in steps)
+        t1 = max(int(self.E[m].max()) for m in steps)
+        lo = np.searchsorted(self.S_sorted, t0 - self.longest, side="left")
+        hi = np.searchsorted(self.S_sorted, t1, side="left")
+        W = np.sort(self.by_start[lo:hi][self.E[self.by_start[lo:hi]] > t0])
         m = len(W)
         loc = np.full(n, -1, dtype=np.int64)
         loc[W] = np.arange(m)
-        own = (self.code[W] == self.code[members[0]])
+        own = (self.code[W] == self.code[steps[0][0]])
         losses = np.rint(self.loss[W] * own[:, None]).astype(np.int64)
         # the columns replayed: as it ran, without each loss vector that has a loss here, without waits for ranks
         some = np.flatnonzero(losses.any(axis=0))
@@ -411,13 +430,16 @@ class _Run:
             if (E2 == E1).all() and (S2 == S1).all():
                 break
             S1, E1 = S2, E2
-        mine = loc[members]
-        span = E1[mine].max(axis=0) - S1[mine].min(axis=0)
-        gain = np.clip((span[0] - span[1:]).astype(np.float64), 0, None)
-        out = np.zeros(len(LOSSES) + 1)  # each loss vector's (none where it had no loss), then the waits'
-        out[some] = gain[:-1]
-        out[-1] = gain[-1]
-        return out
+        result = []
+        for members in steps:
+            mine = loc[members]
+            span = E1[mine].max(axis=0) - S1[mine].min(axis=0)
+            gain = np.clip((span[0] - span[1:]).astype(np.float64), 0, None)
+            out = np.zeros(len(LOSSES) + 1)  # each loss vector's (none where it had no loss), then the waits'
+            out[some] = gain[:-1]
+            out[-1] = gain[-1]
+            result.append(out)
+        return result
 
     def _chain_times(self, k: int, i: int, t0: int, spend) -> None:
         """Spend the chain k..i of one stream (its activities' times by kind and the gaps between them), from t0."""
