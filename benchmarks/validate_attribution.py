@@ -270,7 +270,9 @@ COVERAGE_RUNS = [(ROOT / "tests/data/h200x2", ["train_ddp", "train_ddp_repeat", 
                                                              "train_fsdp2"}),
                  (ROOT / "tests/data/h200x2_training", ["train_ddp_straggler"], set()),
                  (ROOT / "tests/data/h200x4", ["train_ddp", "train_fsdp2", "train_ddp_straggler"],
-                  {"train_ddp", "train_fsdp2"})]
+                  {"train_ddp", "train_fsdp2"}),
+                 (ROOT / "tests/data/h200x2_paths", ["train_ddp_straggler"], set()),
+                 (ROOT / "tests/data/h200x4_paths", ["train_ddp_straggler"], set())]
 COVERAGE_TARGETS = {"compute": 0.9, "comm": 0.8}
 
 
@@ -289,11 +291,18 @@ def coverage_rows(folder: Path) -> list[dict]:
         labels = {r["run_id"]: name for name in names for r in result.runs.to_pylist()
                   if Path(r["source_path"]).name.startswith(name + ".")}
         ranks = len({v["device_id"] for v in result.verdicts})
+        devices = {(r["run_id"], r["device_id"]): r for r in result.critical_path.to_pylist() if r["nvtx"] is None}
         for v in result.verdicts:
             name = labels.get(v["run_id"], v["run_id"])
-            out.append(dict(run=f"{name} ({ranks} GPUs)", device=v["device_id"],
+            events = not any(v["run_id"] in n for n in result.notes if "no CUDA event records" in n)
+            out.append(dict(run=f"{name} ({ranks} GPUs{', CUDA event records' if events else ''})",
+                            device=v["device_id"],
                             compute=v["coverage_compute"], comm=v["coverage_comm"], wait_ms=v["wait_ms"],
-                            late=v["late_device_id"], judged=name in judged))
+                            late=v["late_device_id"], judged=name in judged, step_ms=v["step_ms"],
+                            lost=devices[(v["run_id"], v["device_id"])]["lost_all_ms"],
+                            reached=devices[(v["run_id"], v["device_id"])]["reached_all_ms"],
+                            wait_cost=v["path_wait_reached_ms"],
+                            events=events))
     return sorted(out, key=lambda r: (r["run"], r["device"]))
 
 
@@ -302,10 +311,15 @@ def coverage_table(rows: list[dict]) -> str:
     def share(v):
         return "–" if v is None else f"{v:.0%}"
     out = ["| run | device | overlapped compute answered | overlapped communication answered | waited for another "
-           "rank |", "|---|---|---|---|---|"]
+           "rank | steps | their losses (own), reached them | waiting cost them |", "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         wait = "–" if r["late"] is None else f"{r['wait_ms']:.1f} ms, for device {r['late']}"
-        out.append(f"| {r['run']} | {r['device']} | {share(r['compute'])} | {share(r['comm'])} | {wait} |")
+        at_least = "" if r["events"] else "≥ "  # without event records, a lower bound
+        steps = "–" if r["step_ms"] is None else f"{r['step_ms']:.1f} ms"
+        paths = "–" if r["step_ms"] is None else f"{r['lost']:.1f} ms, {at_least}{r['reached']:.1f} ms"
+        cost = "–" if r["wait_cost"] is None else f"{at_least}{r['wait_cost']:.1f} ms"
+        out.append(f"| {r['run']} | {r['device']} | {share(r['compute'])} | {share(r['comm'])} | {wait} | {steps} | "
+                   f"{paths} | {cost} |")
     judged = [r for r in rows if r["judged"]]
     for side, target in COVERAGE_TARGETS.items():
         met = [r for r in judged if r[side] is not None and r[side] >= target]
@@ -357,8 +371,11 @@ def main(argv=None) -> int:
             + ("" if args.no_training else "\n\n## Real training runs: coverage and waits\n\nPer run and device, "
                "steps grouped by `case:train*` (the launch rule of `docs/attribution.md`): the share of overlapped "
                "compute and communication kernel time that got an answer (a cause, or no significant loss; not "
-               "`conflated`, without a baseline or `unexplained`), and how long its collectives waited for another "
-               "rank.\n\n" + coverage)
+               "`conflated`, without a baseline or `unexplained`), how long its collectives waited for another "
+               "rank, and on the steps' critical paths (`critical_path`): the steps' time, the loss of the device's "
+               "own activities, what of the losses on the paths (on any device) reached the steps' time, and what "
+               "waiting for late ranks cost them. Without CUDA event records (runs not marked so) one stream's wait "
+               "for another is not seen, and what reached is a lower bound (≥).\n\n" + coverage)
             + "\n")
     if args.write:
         args.write.write_text(text)
