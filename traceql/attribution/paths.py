@@ -28,10 +28,13 @@ arrival (no rank waiting for another): what waiting for late ranks cost.
 
 from __future__ import annotations
 
+import bisect
+
 import numpy as np
 import pyarrow as pa
 
-CAUSES = ("sm", "dram_bw", "cache", "clock", "link")
+from .classes import CAUSES, cause_shares
+
 LOSSES = (*CAUSES, "unexplained", "all")  # the loss vectors the path carries: each cause, unexplained, and all together
 NONE, HOST, PRED, SRC, SYNC = -1, 0, 1, 2, 3
 RELEASE_NS = 20_000  # a host call returned as GPU work ended: within the timer skew between kernels (activity_delays)
@@ -46,29 +49,15 @@ COLUMNS = [("run_id", pa.string()), ("device_id", pa.int32()), ("nvtx", pa.strin
            *((f"lost_{c}_ms", pa.float64()) for c in LOSSES),
            *((f"reached_{c}_ms", pa.float64()) for c in LOSSES), ("reached_wait_ms", pa.float64())]
 SCHEMA = pa.schema(COLUMNS)
-ORDER = "run_id, device_id, nvtx NULLS FIRST"
 
 
 def loss_shares(con) -> dict[int, np.ndarray]:
     """Per (sub-)signature group whose loss counts (significant, slowed, not conflated), how its loss is shared among
-    CAUSES and unexplained, as the verdict shares it: all to the cause that names the row, a mixed row's in proportion
-    to its predicted parts, any other class's to unexplained."""
-    out = {}
+    CAUSES and unexplained: as the verdict shares it (``classes.cause_shares``)."""
     rows = con.sql("SELECT group_id, class, sm, dram_bw, cache, clock, link FROM kernel_attribution "
                    "WHERE significant AND slowdown > 0 AND NOT conflated AND group_id IS NOT NULL").fetchall()
-    for gid, cls, *parts in rows:
-        share = np.zeros(len(LOSSES) - 1)
-        if cls in CAUSES:
-            share[CAUSES.index(cls)] = 1.0
-        elif cls == "mixed":
-            p = np.array([max(0.0, x or 0.0) for x in parts])
-            share[:len(CAUSES)] = p / p.sum() if p.sum() > 0 else 0.0
-            if p.sum() <= 0:
-                share[-1] = 1.0
-        else:
-            share[-1] = 1.0
-        out[gid] = share
-    return out
+    return {gid: np.array(list(cause_shares(cls, dict(zip(CAUSES, parts, strict=True))).values()))
+            for gid, cls, *parts in rows}
 
 
 def critical_paths(con) -> pa.Table:
@@ -111,7 +100,7 @@ class _Run:
 
     def __init__(self, t: pa.Table, waits: pa.Table, shares: dict[int, np.ndarray], calls: pa.Table):
         n = self.n = t.num_rows
-        self.aid = _np(t, "activity_id")
+        aid = _np(t, "activity_id")
         self.dev = _np(t, "device_id")
         kind, activity = _np(t, "kind"), _np(t, "activity")
         # 0 compute, 1 comm, 2 copy (copy engines that move no collective's data)
@@ -122,8 +111,8 @@ class _Run:
         self.texts = texts.dictionary.to_pylist()
         self.code = texts.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
         self.nvtx_start = _np(t, "nvtx_start_ns", NEG)
-        pos = np.full(int(self.aid.max()) + 1 if n else 0, -1, dtype=np.int64)
-        pos[self.aid] = np.arange(n)
+        pos = np.full(int(aid.max()) + 1 if n else 0, -1, dtype=np.int64)
+        pos[aid] = np.arange(n)
         same = self.same = np.zeros(n, dtype=bool)
         same[1:] = (pid[1:] == pid[:-1]) & (stream[1:] == stream[:-1])
         pred_end = np.where(same, np.r_[NEG, self.E[:-1]], NEG)
@@ -194,8 +183,6 @@ class _Run:
         # per stream, the latest-ending source of its waits so far since its last work (filled as they resolve)
         best_since: dict[tuple, list] = {}
         memo: dict[tuple, int] = {}
-        import bisect
-
         def last_work(p: int, s: int, c: int) -> int:
             blk = blocks.get((p, s))
             if blk is None:

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-CAUSES = ("sm", "dram_bw", "cache", "clock", "link")
+from .classes import CAUSES, cause_shares
+
 CAUSE_WORDS = {"sm": "SMs taken", "dram_bw": "DRAM bandwidth", "cache": "L2 cache", "clock": "a lower clock",
                "link": "shared links", "unexplained": "unexplained"}
 
@@ -75,15 +76,8 @@ def verdicts(summary: pa.Table, kernels: pa.Table, waits: pa.Table | None = None
                 comm_lost += base * s
             if not r["significant"] or s <= 0:
                 continue
-            if r["class"] in CAUSES:
-                by_cause[r["class"]] += base * s
-            elif r["class"] == "mixed":
-                parts = {c: max(0.0, r[c] or 0.0) for c in CAUSES}
-                total = sum(parts.values()) or 1.0
-                for c, part in parts.items():
-                    by_cause[c] += base * s * part / total
-            else:
-                by_cause["unexplained"] += base * s
+            for c, share in cause_shares(r["class"], r).items():
+                by_cause[c] += base * s * share
         hidden = (d["overlap_ns"] or 0) / 1e6
         v = dict(run_id=d["run_id"], device_id=d["device_id"], compute_ms=(d["compute_ns"] or 0) / 1e6,
                  comm_ms=(d["comm_ns"] or 0) / 1e6, hidden_comm_ms=hidden,
