@@ -33,6 +33,23 @@ def build_store(out: str | Path, names: list[str] | None = None, data: Path = DA
     return out
 
 
+def by_step(out: str | Path, data: Path, table: str, slow: set[int] | tuple[int, ...],
+            names: list[str] | None = None) -> tuple[dict, dict[tuple[int, int], dict]]:
+    """A straggler run's attribution with its steps as NVTX groups ('case:train*'), and the rows of one of its JSON
+    lists (``waits``, ``critical_path``) keyed by (device, step); each step's ``slow`` label must say whether it is
+    one of ``slow`` (the labels say which steps were slowed)."""
+    from traceql.attribute import attribute
+
+    doc = attribute(build_store(out, names, data=data), group_by_nvtx="case:train*").to_json()
+    steps = {}
+    for r in doc[table]:
+        if r["nvtx"] is not None:
+            labels = dict(kv.split("=", 1) for kv in r["nvtx"].split(";")[1:])
+            assert labels["slow"] == str(int(int(labels["step"]) in slow))
+            steps[(r["device_id"], int(labels["step"]))] = r
+    return doc, steps
+
+
 if __name__ == "__main__":  # python tests/h200x2.py OUT [NAME...] [--data DIR]
     args = sys.argv[1:]
     data = Path(args.pop(args.index("--data") + 1)) if "--data" in args else DATA

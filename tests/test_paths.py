@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-from h200x2 import build_store
+from h200x2 import build_store, by_step
 
 from traceql.attribution import paths
 
@@ -127,17 +127,7 @@ SLOW, CLEAN = (1, 3), (0, 2, 4, 5)
 
 @pytest.fixture(scope="module")
 def steps(tmp_path_factory):
-    from traceql.attribute import attribute
-
-    store = build_store(tmp_path_factory.mktemp("paths") / "run", data=DATA)
-    doc = attribute(store, group_by_nvtx="case:train*").to_json()
-    out = {}
-    for r in doc["critical_path"]:
-        if r["nvtx"] is not None:
-            labels = dict(kv.split("=", 1) for kv in r["nvtx"].split(";")[1:])
-            assert labels["slow"] == str(int(int(labels["step"]) in SLOW))
-            out[(r["device_id"], int(labels["step"]))] = r
-    return doc, out
+    return by_step(tmp_path_factory.mktemp("paths") / "run", DATA, "critical_path", SLOW)
 
 
 def test_expected_1_the_other_ranks_path_ran_on_the_slow_one(steps):
@@ -206,17 +196,7 @@ DATA4, SLOW_DEVICE, OTHERS = Path(__file__).parent / "data" / "h200x4_paths", 2,
 
 @pytest.fixture(scope="module")
 def steps4(tmp_path_factory):
-    from traceql.attribute import attribute
-
-    store = build_store(tmp_path_factory.mktemp("paths4") / "run", data=DATA4)
-    doc = attribute(store, group_by_nvtx="case:train*").to_json()
-    out = {}
-    for r in doc["critical_path"]:
-        if r["nvtx"] is not None:
-            labels = dict(kv.split("=", 1) for kv in r["nvtx"].split(";")[1:])
-            assert labels["slow"] == str(int(int(labels["step"]) in SLOW))
-            out[(r["device_id"], int(labels["step"]))] = r
-    return doc, out
+    return by_step(tmp_path_factory.mktemp("paths4") / "run", DATA4, "critical_path", SLOW)
 
 
 def test_four_ranks_1_the_others_paths_ran_on_the_slow_rank(steps4):

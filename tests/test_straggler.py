@@ -7,9 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from h200x2 import build_store
-
-from traceql.attribute import attribute
+from h200x2 import build_store, by_step
 
 DATA = Path(__file__).parent / "data" / "h200x2_training"
 SLOW, CLEAN = {1, 3}, {0, 2, 4, 5}
@@ -17,15 +15,7 @@ SLOW, CLEAN = {1, 3}, {0, 2, 4, 5}
 
 @pytest.fixture(scope="module")
 def straggler(tmp_path_factory):
-    store = build_store(tmp_path_factory.mktemp("straggler") / "run", data=DATA)
-    doc = attribute(store, group_by_nvtx="case:train*").to_json()
-    steps = {}
-    for w in doc["waits"]:
-        if w["nvtx"] is not None:
-            labels = dict(kv.split("=", 1) for kv in w["nvtx"].split(";")[1:])
-            assert labels["slow"] == str(int(int(labels["step"]) in SLOW))  # the labels say which steps were slowed
-            steps[(w["device_id"], int(labels["step"]))] = w
-    return doc, steps
+    return by_step(tmp_path_factory.mktemp("straggler") / "run", DATA, "waits", SLOW)
 
 
 def test_the_other_rank_waited_for_the_slow_one_in_the_slowed_steps(straggler):
@@ -66,15 +56,7 @@ DATA4, SLOW_DEVICE, OTHERS = Path(__file__).parent / "data" / "h200x4", 2, (0, 1
 
 @pytest.fixture(scope="module")
 def straggler4(tmp_path_factory):
-    store = build_store(tmp_path_factory.mktemp("straggler4") / "run", ["train_ddp_straggler"], data=DATA4)
-    doc = attribute(store, group_by_nvtx="case:train*").to_json()
-    steps = {}
-    for w in doc["waits"]:
-        if w["nvtx"] is not None:
-            labels = dict(kv.split("=", 1) for kv in w["nvtx"].split(";")[1:])
-            assert labels["slow"] == str(int(int(labels["step"]) in SLOW))
-            steps[(w["device_id"], int(labels["step"]))] = w
-    return doc, steps
+    return by_step(tmp_path_factory.mktemp("straggler4") / "run", DATA4, "waits", SLOW, ["train_ddp_straggler"])
 
 
 def test_four_ranks_the_others_waited_for_the_slow_one(straggler4):
