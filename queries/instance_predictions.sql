@@ -38,7 +38,9 @@
 --     `dram_bw` and `cache` explain the same busy DRAM two ways: kernel_attribution takes one of them.
 -- clock: the isolated clock over the instance's clock (its cycles unchanged), weighted by the share of its time
 --     the victim does not wait on DRAM (1 - r_v/sat), for every kernel (collectives too: their CTAs move the data at
---     the SM clock); none for copies and sets (copy engines).
+--     the SM clock); none for copies and sets (copy engines). The isolated clock is that of the instances its baseline
+--     duration comes from: where a drifting baseline compares it with its nearest isolated instances in time, their
+--     clock (a device that throttled over the run slowed those too), else the pool's.
 -- link: communication beside other communication may share links: half of doubling while they overlap.
 -- columns:
 --   run_id              VARCHAR  run
@@ -90,7 +92,7 @@ WITH inst AS (
                AS taken,
            least(coalesce(i.exclusive_sms, 0), i.sm_count) AS held_exclusive,
            coalesce(p.dram_pct_iso, n.dram_pct) AS r_v, i.co_dram_pct AS r_c, i.dram_pct AS c_dram,
-           p.gpc_clock_mhz_iso AS clock_iso, i.gpc_clock_mhz AS clock, p.power_w_iso AS power_iso, i.power_w,
+           coalesce(b.clock0_mhz, p.gpc_clock_mhz_iso) AS clock_iso, i.gpc_clock_mhz AS clock, p.power_w_iso AS power_iso, i.power_w,
            -- issue slots used alone: the victim's on the SMs it ran on, its co-runners' on every SM
            least(1, p.sm_issue_pct_iso / nullif(p.sm_active_pct_iso, 0)) AS u_v, i.co_sm_issue_pct / 100 AS u_c,
            n.l2_hit_pct, n.working_set_bytes, i.co_working_set_bytes, d.l2_bytes,

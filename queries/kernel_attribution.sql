@@ -128,13 +128,15 @@ WITH demand AS (
 ), present AS (
     -- a factor is present (a cause) when it predicts a loss of at least PRACTICAL_FLOOR (1%); a higher clock that
     -- helps is not a cause, but stays in the prediction. A band is the calibrated one, else the prediction's own size
+    -- (the clock's: half its interval, the medians of its instances' own sizes, which may differ in sign)
     SELECT *, slowdown AS s, overlap_fraction AS f, significant_stat AND NOT conflated AS sig,
            coalesce(sm_pt >= 0.01, false) AS sm_on, coalesce(dram_pt >= 0.01, false) AS dram_on,
            coalesce(cache_pt >= 0.01, false) AS cache_on, coalesce(clock_pt >= 0.01, false) AS clock_on,
            coalesce(link_pt >= 0.01, false) AS link_on,
            (1 + sm_pt) * (1 + clock_pt) * (1 + link_pt) AS base,
            -- the squared band of the factors outside memory: present ones, and the clock whenever it predicts
-           CASE WHEN sm_on THEN coalesce(sm_band, sm_pt) ^ 2 ELSE 0 END + coalesce(clock_band, abs(clock_pt), 0) ^ 2
+           CASE WHEN sm_on THEN coalesce(sm_band, sm_pt) ^ 2 ELSE 0 END
+               + coalesce(clock_band, (clock_hi - clock_lo) / 2, 0) ^ 2
                + CASE WHEN link_on THEN coalesce(link_band, link_pt) ^ 2 ELSE 0 END AS base_var
     FROM demand
 ), alternatives AS (

@@ -556,6 +556,28 @@ def test_clock_factor(tmp_path):
     assert a["agreement"] == "agrees" and a["class"] == "clock" and a["reason"] is None
 
 
+def test_clock_factor_against_the_clock_of_its_baseline(tmp_path):
+    """A device that throttles over the run: the isolated instances ran at 1980 MHz for 1000 ns, then at 1650 MHz for
+    1200 ns. The drifting baseline compares each overlapped instance (1650 MHz, 1200 ns) with its nearest isolated
+    instances in time, which ran at its clock: the clock factor compares with theirs (no loss), not with the pool's
+    median clock (1815 MHz, which would predict x = (1815/1650 - 1)·(1 - 20/88) = 7.7% for a loss the observation,
+    against that baseline, does not have)."""
+    fast, slow = range(0, 20_000, 2000), range(20_000, 40_000, 2000)
+    kernels = _isolated("victim", fast, 1000, ctas=100, **ONE_PER_SM) + _isolated("victim", slow, 1200, ctas=100,
+                                                                                     **ONE_PER_SM)
+    beside = range(44_000, 52_000, 2000)
+    kernels += _isolated("victim", beside, 1200, ctas=100, **ONE_PER_SM)
+    memcpy = [dict(start_ns=s - 100, end_ns=s + 1300) for s in beside]  # a copy: no SMs
+    metrics = _metric_windows([(s, s + 1000, {CLOCK: 1980, READ: 20}) for s in fast]
+                              + [(s, s + 1200, {CLOCK: 1650, READ: 20 / 1.2}) for s in (*slow, *beside)])
+    a = _by_name(_attr(tmp_path, kernels=kernels, memcpy=memcpy, gpu_metrics=metrics))["victim"]
+    assert a["baseline"] == "isolated nearest in time" and a["baseline_drift"]
+    assert a["gpc_clock_mhz_iso"] == approx(1815) and a["gpc_clock_mhz_ovl"] == approx(1650)
+    assert a["slowdown"] == approx(0, abs=1e-9)
+    assert a["explained_interval"]["clock"] == [approx(0, abs=1e-9), approx(0, abs=1e-9)]
+    assert a["class"] == "none"
+
+
 def test_dram_bandwidth_factor(tmp_path):
     """Victim at 60% of DRAM peak alone beside a device-to-device copy whose bytes make 50% of peak
     (2 x bytes / duration / mem_bandwidth_Bps): demand 110% > sat = 88% (the floor), and the witness (88%) shows

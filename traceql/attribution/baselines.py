@@ -60,6 +60,7 @@ INSTANCE_SCHEMA = pa.schema([
     ("run_id", pa.string()), ("activity_id", pa.int64()), ("group_id", pa.int64()), ("pool_id", pa.int64()),
     ("t0_ns", pa.float64()),
     ("baseline", pa.string()),
+    ("clock0_mhz", pa.float64()),
 ])
 STATS_SCHEMA = pa.schema([
     ("group_id", pa.int64()), ("run_id", pa.string()), ("device_id", pa.int32()), ("nvtx", pa.string()),
@@ -189,14 +190,16 @@ def instances(con: duckdb.DuckDBPyConnection, external: External | None, gpu_nam
         inst = {"run_id": np.full(n, runs.setdefault(text.names[_first(f, "run")], len(runs)), dtype=np.int32),
                 "activity_id": f["activity_id"], "group_id": np.full(n, -1, dtype=np.int64),
                 "pool_id": np.full(n, -1, dtype=np.int64), "t0_ns": np.full(n, np.nan),
-                "baseline": np.full(n, -1, dtype=np.int32)}
+                "baseline": np.full(n, -1, dtype=np.int32), "clock0_mhz": np.full(n, np.nan)}
         for pool, pool_rows in pools:
             inst["pool_id"][pool] = pool_id
             pool_id += 1
             for row, idx in pool_rows:
                 row["group_id"] = len(rows)
                 inst["group_id"][idx] = row["group_id"]
-                t0_each, source = row.pop("_t0_each"), row.pop("_source")
+                t0_each, source, clock0 = row.pop("_t0_each"), row.pop("_source"), row.pop("_clock0_each")
+                if clock0 is not None:
+                    inst["clock0_mhz"][idx] = clock0
                 if t0_each is not None:
                     inst["t0_ns"][idx] = t0_each
                     inst["baseline"][idx] = -1 if source is None else sources.setdefault(source, len(sources))
@@ -485,6 +488,7 @@ class _Base:
     t0s: np.ndarray | None = None
     n_isolated: int = 0
     per_instance: dict | None = None  # instance index -> its own t0 (drifting baseline)
+    clock_each: dict | None = None  # instance index -> the GPC clock of the isolated instances that gave its t0
     drift: tuple = (None, None, None)
     note: str | None = None
     _sorted: tuple | None = None  # t0s sorted as given, and as float64 (taken once for every group of the pool)
@@ -513,7 +517,9 @@ def _baseline(pool: np.ndarray, f: dict, ext, ext_replaces: bool, conflated: boo
         base.drift = (_f(tau), _f(p), _f(rel))
         if p < DRIFT_P and abs(rel) >= PRACTICAL_FLOOR:
             base.source = "isolated nearest in time"
-            base.per_instance = dict(zip(pool.tolist(), _nearest(start[pool], start[iso], dur[iso]), strict=True))
+            t0_near, clock_near = _nearest(start[pool], start[iso], dur[iso], _at(f, "gpc_clock_mhz", iso))
+            base.per_instance = dict(zip(pool.tolist(), t0_near, strict=True))
+            base.clock_each = dict(zip(pool.tolist(), clock_near, strict=True))
     elif ext is not None:
         base.source, base.t0s = ext
     else:
@@ -533,7 +539,7 @@ def _row(gid: int, key: tuple, split, conflated: bool, idx: np.ndarray, f: dict,
                t1_ns=None, t1_lo_ns=None, t1_hi_ns=None, t0_ns=None, t0_lo_ns=None, t0_hi_ns=None, t0_spread=None,
                slowdown=None, slowdown_lo=None, slowdown_hi=None, significant=False, baseline=base.source,
                drift_tau=tau, drift_p=p, drift=rel, baseline_drift=base.per_instance is not None, note=base.note,
-               _t0_each=None, _source=None)
+               _t0_each=None, _source=None, _clock0_each=None)
     # each side sorted once (float64, as the statistics take them), and read sorted by every statistic below
     t1_sorted = np.sort(np.asarray(t1s, dtype=np.float64))
     if len(t1s):
@@ -545,6 +551,7 @@ def _row(gid: int, key: tuple, split, conflated: bool, idx: np.ndarray, f: dict,
     row["t0_spread"] = _f(stats.relative_spread(t0_sorted, presorted=True))
     if base.per_instance is not None:
         t0_each = np.array([base.per_instance[i] for i in idx.tolist()])
+        row["_clock0_each"] = np.array([base.clock_each[i] for i in idx.tolist()])
     else:
         t0_each = np.full(len(idx), stats.sorted_median(t0_raw))
     row["_t0_each"], row["_source"] = t0_each, base.source
@@ -567,19 +574,25 @@ def _row(gid: int, key: tuple, split, conflated: bool, idx: np.ndarray, f: dict,
     return row
 
 
-def _nearest(t: np.ndarray, t_iso: np.ndarray, d_iso: np.ndarray) -> np.ndarray:
-    """Median duration of the NEAREST_K isolated instances nearest in time to each of ``t``."""
+def _nearest(t: np.ndarray, t_iso: np.ndarray, d_iso: np.ndarray,
+             c_iso: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per instance of ``t``, the median duration (``d_iso``) of the NEAREST_K isolated instances nearest in time to
+    it, and the median GPC clock (``c_iso``, NaN where not sampled) of the same instances: the clock its baseline
+    ran at (NaN when none of them was sampled)."""
     order = np.argsort(t_iso, kind="stable")
-    t_iso, d_iso = t_iso[order], d_iso[order]
+    t_iso, d_iso, c_iso = t_iso[order], d_iso[order], c_iso[order]
     k = min(NEAREST_K, len(t_iso))
     pos = np.searchsorted(t_iso, t)
-    out = np.empty(len(t))
+    out, clock = np.empty(len(t)), np.full(len(t), np.nan)
     for i, (ti, p) in enumerate(zip(t, pos, strict=True)):
         lo, hi = max(0, p - k), min(len(t_iso), p + k)
         window = np.arange(lo, hi)
         near = window[np.argsort(np.abs(t_iso[window] - ti), kind="stable")[:k]]
         out[i] = stats.sorted_median(np.sort(d_iso[near]))
-    return out
+        sampled = c_iso[near][np.isfinite(c_iso[near])]
+        if len(sampled):
+            clock[i] = stats.sorted_median(np.sort(sampled))
+    return out, clock
 
 
 def _instances_table(parts: list[dict], runs: list[str], sources: list[str]) -> pa.Table:
@@ -587,11 +600,12 @@ def _instances_table(parts: list[dict], runs: list[str], sources: list[str]) -> 
     and stay dictionaries."""
     inst = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
     cols = {k: pa.array(v, type=INSTANCE_SCHEMA.field(k).type) for k, v in inst.items()
-            if k not in ("run_id", "baseline", "t0_ns")}
+            if k not in ("run_id", "baseline", "t0_ns", "clock0_mhz")}
     cols["run_id"] = pa.DictionaryArray.from_arrays(pa.array(inst["run_id"]), pa.array(runs, pa.string()))
     code = inst["baseline"]
     cols["baseline"] = pa.DictionaryArray.from_arrays(pa.array(code, mask=code < 0), pa.array(sources, pa.string()))
-    cols["t0_ns"] = pa.array(inst["t0_ns"], mask=np.isnan(inst["t0_ns"]), type=pa.float64())
+    for k in ("t0_ns", "clock0_mhz"):
+        cols[k] = pa.array(inst[k], mask=np.isnan(inst[k]), type=pa.float64())
     return pa.table(cols).select(INSTANCE_SCHEMA.names)
 
 
