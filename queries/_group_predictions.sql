@@ -27,6 +27,7 @@
 --   footprint         BOOLEAN  some co-runner has a cache footprint
 --   clock_power       BOOLEAN  some instance's clock dropped while the device drew more power than in isolation
 --   cache_evidence    VARCHAR  the first of ncu_working_set, footprint, extra_traffic that some instance has, else NULL
+--   clock_base_mhz    DOUBLE   the GPC clock the clock factor compares with (median; MHz)
 SELECT group_id, median(sm_lo) AS sm_lo, median(sm_pt) AS sm_pt, median(sm_hi) AS sm_hi,
        median(dram_lo) AS dram_lo, median(dram_pt) AS dram_pt, median(dram_hi) AS dram_hi,
        median(cache_lo) AS cache_lo, median(cache_pt) AS cache_pt, median(cache_hi) AS cache_hi,
@@ -37,5 +38,6 @@ SELECT group_id, median(sm_lo) AS sm_lo, median(sm_pt) AS sm_pt, median(sm_hi) A
        bool_or(memory_bound) AS memory_bound, bool_or(footprint) AS footprint, bool_or(clock_power) AS clock_power,
        CASE WHEN bool_or(cache_evidence = 'ncu_working_set') THEN 'ncu_working_set'
             WHEN bool_or(cache_evidence = 'footprint') THEN 'footprint'
-            WHEN bool_or(cache_evidence = 'extra_traffic') THEN 'extra_traffic' END AS cache_evidence
+            WHEN bool_or(cache_evidence = 'extra_traffic') THEN 'extra_traffic' END AS cache_evidence,
+       median(clock_base_mhz) AS clock_base_mhz
 FROM _prediction_inputs GROUP BY group_id

@@ -76,6 +76,7 @@
 --   link_pt             DOUBLE   link prediction, point
 --   link_hi             DOUBLE   link prediction, point plus its band
 --   clock_power         BOOLEAN  the clock dropped while the device drew more power than in isolation (NVML)
+--   clock_base_mhz      DOUBLE   the GPC clock the clock factor compares with: its baseline instances' (MHz)
 --   cache_evidence      VARCHAR  ncu_working_set (profiles), footprint (co-runners with DRAM traffic), extra_traffic
 --                                (traffic beyond the demand alone), or NULL
 WITH inst AS (
@@ -229,7 +230,7 @@ SELECT run_id, device_id, activity_id, group_id, work_ns / t0_ns - 1 AS observed
        clock_pt + coalesce(clock_band, abs(clock_pt)) AS clock_hi,
        link_pt - coalesce(link_band, abs(link_pt)) AS link_lo, link_pt,
        link_pt + coalesce(link_band, abs(link_pt)) AS link_hi,
-       coalesce(clock_pt > 0 AND power_w > power_iso, false) AS clock_power,
+       coalesce(clock_pt > 0 AND power_w > power_iso, false) AS clock_power, clock_iso AS clock_base_mhz,
        CASE WHEN x_cache > 0 AND l2_hit_pct IS NOT NULL AND co_working_set_bytes IS NOT NULL THEN 'ncu_working_set'
             WHEN x_cache > 0 AND footprint_alone THEN 'footprint'
             WHEN x_cache > 0 THEN 'extra_traffic' END AS cache_evidence

@@ -112,6 +112,8 @@
 --   sm_issue_pct_iso     DOUBLE   SM Issue during isolated instances (% of peak, averaged over every SM): with
 --                                 sm_active_pct_iso, the issue slots the victim uses alone (co-resident SM model)
 --   co_sm_issue_pct      DOUBLE   co-runners' isolated SM Issue while overlapping (% of peak; co-resident SM model)
+--   gpc_clock_mhz_base   DOUBLE   the GPC clock the clock factor compares with: the isolated instances' its baseline
+--                                 duration comes from (the nearest in time where the baseline drifts; median, MHz)
 WITH demand AS (
     SELECT k.*, p.* EXCLUDE (group_id), k.occupancy AS launch_occupancy, coalesce(n.ctas_per_sm, k.occupancy) AS occ,
            CASE WHEN n.ctas_per_sm IS NOT NULL THEN 'ncu' ELSE 'launch' END AS occupancy_source,
@@ -249,5 +251,6 @@ SELECT run_id, device_id, nvtx, group_id, activity, kind, name, short_name, grid
        dram_pct_iso, dram_pct_ovl, gpc_clock_mhz_iso, gpc_clock_mhz_ovl, sm_active_pct_iso, sm_active_pct_ovl,
        nvlink_pct_ovl, pcie_pct_ovl, co_dram_pct, dram_sat_pct, dram_busy, memory_bound, extra_bytes_frac, footprint,
        clock_power, occupancy_source, launch_occupancy, ncu_match, ncu_ctas_per_sm, ncu_dram_pct, ncu_l2_hit_pct,
-       ncu_working_set_bytes, co_working_set_bytes, l2_bytes, cache_evidence, sm_issue_pct_iso, co_sm_issue_pct
+       ncu_working_set_bytes, co_working_set_bytes, l2_bytes, cache_evidence, sm_issue_pct_iso, co_sm_issue_pct,
+       clock_base_mhz AS gpc_clock_mhz_base
 FROM judged

@@ -540,6 +540,7 @@ def test_clock_factor(tmp_path):
                               + [(10_000, 11_200, {CLOCK: 1650, READ: 20 * 1000 / 1200})])
     a = _by_name(_attr(tmp_path, kernels=kernels, memcpy=memcpy, gpu_metrics=metrics))["victim"]
     assert a["gpc_clock_mhz_iso"] == approx(1980) and a["gpc_clock_mhz_ovl"] == approx(1650)
+    assert a["gpc_clock_mhz_base"] == approx(1980)
     assert a["slowdown"] == approx(0.2)
     # sat: no isolated pool reaches the 88% floor; witness 16.7% < 0.6 x 88: no DRAM or cache prediction
     assert a["dram_sat_pct"] == approx(88) and a["dram_busy"] == approx(20 / 1.2 / 88)
@@ -573,6 +574,7 @@ def test_clock_factor_against_the_clock_of_its_baseline(tmp_path):
     a = _by_name(_attr(tmp_path, kernels=kernels, memcpy=memcpy, gpu_metrics=metrics))["victim"]
     assert a["baseline"] == "isolated nearest in time" and a["baseline_drift"]
     assert a["gpc_clock_mhz_iso"] == approx(1815) and a["gpc_clock_mhz_ovl"] == approx(1650)
+    assert a["gpc_clock_mhz_base"] == approx(1650)  # the clock the factor compared with, as reported
     assert a["slowdown"] == approx(0, abs=1e-9)
     assert a["explained_interval"]["clock"] == [approx(0, abs=1e-9), approx(0, abs=1e-9)]
     assert a["class"] == "none"
@@ -781,7 +783,9 @@ KERNEL_KEYS = {"run_id", "device_id", "nvtx", "group_id", "activity", "kind", "b
                "ncu_working_set_bytes", "co_working_set_bytes", "l2_bytes", "cache_evidence",
                "wait_excluded_ns",
                # the co-resident SM model's witnesses (issue slots)
-               "sm_issue_pct_iso", "co_sm_issue_pct"}
+               "sm_issue_pct_iso", "co_sm_issue_pct",
+               # the clock the clock factor compares with (schema 10)
+               "gpc_clock_mhz_base"}
 
 
 VERDICT_KEYS = {"run_id", "device_id", "compute_ms", "comm_ms", "hidden_comm_ms", "exposed_comm_ms", "compute_lost_ms",
@@ -798,7 +802,7 @@ def test_json_contract(result_a):
     assert set(doc) == {"schema_version", "runs", "summary", "kernels", "notes", "verdicts", "waits", "delays",
                         "critical_path"}
     assert [v["device_id"] for v in doc["verdicts"]] == [0] and "saved" in doc["verdicts"][0]["text"]
-    assert doc["schema_version"] == 9
+    assert doc["schema_version"] == 10
     [v] = doc["verdicts"]
     # the one overlapped compute row got a cause (sm): all of the overlapped compute time is answered; one device
     # runs no collective another device could be late for
@@ -920,7 +924,7 @@ def test_cli_json(store_a):
     rc, out, err = run_cli("attribute", store_a, "--format", "json")
     assert rc == 0, err
     doc = json.loads(out)
-    assert doc["schema_version"] == 9 and doc["kernels"][0]["name"] == "gemm_A"
+    assert doc["schema_version"] == 10 and doc["kernels"][0]["name"] == "gemm_A"
     # SM predicts 0.25 -/+ 0.1739 of the observed 0.5: the one present factor misses its band and is still named
     assert doc["kernels"][0]["class"] == "sm" and doc["kernels"][0]["agreement"] == "under"
 
