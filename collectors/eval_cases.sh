@@ -10,6 +10,7 @@
 #              one nsys around torchrun -> $OUT/eval_allreduce_<gpu>x2.sqlite.xz and .log
 #   comm       collectors/eval_comm.py under torchrun --nproc-per-node 2 (needs 2 GPUs), NCCL's default CTAs,
 #              one nsys around torchrun -> $OUT/eval_comm_<gpu>x2.sqlite.xz and .log
+#   residency  collectors/residency.py on GPU 0 (calibration data for the SM model) -> $OUT/residency_<gpu>.sqlite.xz
 #   held       collectors/eval_held.py the same way, nsys also tracing CUDA events (--cuda-event-trace=true, where
 #              this nsys has it) -> $OUT/eval_held_<gpu>x2.sqlite.xz and .log
 # OUT defaults to ./out. Extra arguments go to eval_cases.py. Each step has its own time limits; each step's log is
@@ -75,6 +76,13 @@ for step in ${EVAL_STEPS:-cases}; do
         echo "### gpu $gpu"; versions
         profile eval_cases "eval_cases_$gpu" 0 300 python3 "$C/eval_cases.py" --profile-range "$@"
       } 2>&1 | tee "$OUT/eval_cases_$gpu.log" ;;
+    residency)
+      # calibration data, not evaluation: collectors/residency.py (tests/data/calibration/residency/README.md)
+      rm -f "$W"/residency*
+      {
+        echo "### gpu $gpu"; versions
+        profile residency "residency_$gpu" 0 200 python3 "$C/residency.py" --profile-range
+      } 2>&1 | tee "$OUT/residency_$gpu.log" ;;
     allreduce) torchrun_step allreduce NCCL_MAX_CTAS=16 NCCL_MIN_CTAS=16 ;;
     comm) torchrun_step comm ;;
     held)
@@ -84,6 +92,6 @@ for step in ${EVAL_STEPS:-cases}; do
       echo "held: NSYS_EXTRA=${NSYS_EXTRA:-(none: this nsys has no --cuda-event-trace)}"
       torchrun_step held
       NSYS_EXTRA= ;;
-    *) echo "unknown step $step (cases, allreduce, comm, held)" ;;
+    *) echo "unknown step $step (cases, residency, allreduce, comm, held)" ;;
   esac
 done

@@ -1,0 +1,149 @@
+"""Residency: what a kernel loses beside a many-wave co-runner whose CTAs fit beside its own and keep every SM full.
+
+A calibration experiment for the SM model (docs/attribution.md, "SM"): the co-runner holds no SM exclusively and
+uses next to no issue slots, memory or power; it only keeps each SM's thread slots taken, CTA after CTA. What the
+victim loses there is how many of its CTAs the block scheduler places while the co-runner still has CTAs to place.
+
+Hypotheses, written before the first collection (tests/data/calibration/residency/README.md):
+- H1 (left-over): CTAs are placed from the earlier launch first; the victim starts only as the co-runner's last wave
+  drains, and is held back (its start late), not slowed;
+- H2 (shared): freed slots go to both kernels; the victim keeps part of the SM and its time grows as the share of
+  the threads it gets falls below what it used alone;
+- H3 (no loss): the victim's CTAs are placed as if alone.
+
+Kernels (one CuPy RawModule):
+
+* ``fill_sleep``: 128 threads, no shared memory, few registers (16 CTAs, 2048 threads on an SM); each CTA sleeps
+  ``cta_ns`` (``__nanosleep`` until the global timer has moved on: no memory traffic, few issue slots). Its grid is
+  as many waves of 16 CTAs per SM as last the asked time. ``fill_sleep512`` the same with 512-thread CTAs (4 per SM).
+* ``chase``: the victim. Each thread follows a chain of dependent loads through a 4 MiB table (L2-resident): its
+  time is memory latency, so its throughput follows the warps it has resident. 512 threads per CTA (4 per SM at most
+  by threads); grids of S, 2S, 4S (one wave: 1, 2, 4 CTAs per SM) and 16S (4 waves).
+
+Each case: the victim alone (``case:chase_alone``), then beside the co-runner launched first on its own stream and
+asked to last 4x the victim's launches (``case:chase_fill;corunner=fill_sleep``). ``ctas_per_sm`` labels what the
+victim places per SM alone. ``expect`` is not given: this is calibration data, not an evaluation case.
+
+    python collectors/residency.py [--reps 20] [--profile-range]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from cuda_bench import CudaBench
+
+SRC = r"""
+extern "C" __global__ void __launch_bounds__(128)
+fill_sleep(unsigned long long cta_ns, int *sink) {
+    unsigned long long start, now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+    now = start;
+    while (now - start < cta_ns) {
+        __nanosleep(1000);
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    }
+    if (cta_ns == 0xFFFFFFFFFFFFFFFFull) sink[threadIdx.x] = (int)threadIdx.x;  // never
+}
+
+extern "C" __global__ void __launch_bounds__(512)
+fill_sleep512(unsigned long long cta_ns, int *sink) {
+    unsigned long long start, now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+    now = start;
+    while (now - start < cta_ns) {
+        __nanosleep(1000);
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    }
+    if (cta_ns == 0xFFFFFFFFFFFFFFFFull) sink[threadIdx.x] = (int)threadIdx.x;  // never
+}
+
+extern "C" __global__ void __launch_bounds__(512)
+chase(const unsigned int *__restrict__ next, unsigned int mask, int steps, unsigned int *out) {
+    unsigned int i = (blockIdx.x * blockDim.x + threadIdx.x) & mask;
+    for (int s = 0; s < steps; ++s) i = __ldcg(next + i);
+    if (i == 0xFFFFFFFFu) out[0] = i;  // never: keeps the chain
+}
+"""
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--reps", type=int, default=20, help="victim launches per case (>= 20)")
+    p.add_argument("--steps", type=int, default=4000, help="dependent loads per victim thread")
+    p.add_argument("--cta-us", type=float, default=20.0, help="how long each co-runner CTA sleeps (us)")
+    p.add_argument("--profile-range", action="store_true", help="cudaProfilerStart/Stop around the measured part")
+    return p.parse_args(argv)
+
+
+class Residency(CudaBench):
+    def __init__(self, args: argparse.Namespace):
+        super().__init__()
+        cp, np, torch = self.cp, self.np, self.torch
+        self.args = args
+        mod = cp.RawModule(code=SRC, options=("-std=c++17",))
+        self.k_fill = {128: mod.get_function("fill_sleep"), 512: mod.get_function("fill_sleep512")}
+        self.k_chase = mod.get_function("chase")
+        n = 1 << 20  # 4 MiB of uint32: a random cycle through the table, in L2
+        perm = np.random.default_rng(7).permutation(n).astype(np.uint32)
+        nxt = np.empty(n, dtype=np.uint32)
+        nxt[perm] = np.roll(perm, -1)
+        self.next = cp.asarray(nxt)
+        self.mask = np.uint32(n - 1)
+        self.out = cp.zeros(4, dtype=cp.uint32)
+        self.sink = cp.zeros(1024, dtype=cp.int32)
+        self.victim_stream = torch.cuda.Stream()
+        self.corunner_stream = torch.cuda.Stream()
+
+    def chase(self, ctas: int):
+        np = self.np
+        self.k_chase((ctas,), (512,), (self.next, self.mask, np.int32(self.args.steps), self.out),
+                     stream=self._cp_stream())
+
+    def fill(self, threads: int, total_ms: float):
+        per_sm = 2048 // threads
+        cta_ns = self.args.cta_us * 1e3
+        waves = max(4, int(total_ms * 1e6 / cta_ns) + 1)
+        self.k_fill[threads]((waves * per_sm * self.sms,), (threads,), (self.np.uint64(int(cta_ns)), self.sink),
+                             stream=self._cp_stream())
+
+    def main(self) -> None:
+        torch, args, S = self.torch, self.args, self.sms
+        for c in (1, 2, 4, 16):  # warm up and compile
+            self.chase(c * S)
+        self.fill(128, 1.0)
+        self.fill(512, 1.0)
+        torch.cuda.synchronize()
+        print(f"gpu {self.gpu_name}: {S} SMs; chase 512 threads x {args.steps} dependent loads (4 MiB table); "
+              f"fill CTAs sleep {args.cta_us:g} us; reps {args.reps}", flush=True)
+        if args.profile_range:
+            torch.cuda.cudart().cudaProfilerStart()
+        for fill_threads in (128, 512):
+            for per_sm in (1, 2, 4, 16):
+                labels = dict(ctas=per_sm * S, ctas_per_sm=min(per_sm, 4), waves=max(1, per_sm // 4),
+                              fill_threads=fill_threads, reps=args.reps)
+                alone, beside, co_ms, covered = self.alone_then_beside(
+                    lambda p=per_sm: self.chase(p * S), lambda t, f=fill_threads: self.fill(f, t), 4.0, args.reps,
+                    ("chase_alone", dict(corunner="none", **labels)),
+                    ("chase_fill", dict(corunner=f"fill_sleep{fill_threads}", **labels)))
+                print(f"chase {per_sm * S:>5} CTAs ({labels['ctas_per_sm']}/SM alone) beside fill_sleep "
+                      f"{fill_threads} threads: alone {alone:.3f} ms, beside {beside:.3f} ms "
+                      f"({beside / alone - 1:+.1%}), co-runner {co_ms:.1f} ms, covered={'yes' if covered else 'NO'}",
+                      flush=True)
+        torch.cuda.synchronize()
+        if args.profile_range:
+            torch.cuda.cudart().cudaProfilerStop()
+
+
+def main(argv=None) -> None:
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    args = parse_args(argv)
+    if args.reps < 20:
+        raise SystemExit("--reps must be >= 20")
+    Residency(args).main()
+
+
+if __name__ == "__main__":
+    main()
