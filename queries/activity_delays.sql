@@ -1,16 +1,21 @@
 -- activity_delays: GPU kernels held back from starting: each kernel that started at least 100 us later than every
--- reason to wait allowed, in the processes whose CUDA events were traced (stream_waits: nsys --cuda-event-trace=true;
--- without them a stream's wait for another stream cannot be told from a delay, and no row is given). A kernel may
--- start once (1) its launch call returned, (2) the work before it on its stream ended (stream order: launch order,
--- the correlation ids of its process), and (3) every event its stream was made to wait for since that work was
--- launched completed: an event record completes when the work launched before it on its own stream ended, and the
--- events that stream waited for since then completed.
+-- reason to wait allowed. A kernel may start once (1) its launch call returned, (2) the work before it on its stream
+-- ended (stream order: launch order, the correlation ids of its process), and (3) every event its stream was made to
+-- wait for since that work was launched completed: an event record completes when the work launched before it on its
+-- own stream ended, and the events that stream waited for since then completed. (3) reads the processes' traced CUDA
+-- events (stream_waits: nsys --cuda-event-trace=true). In a process without them a kernel is judged only where (3)
+-- and the streams' implicit waits cannot apply: it runs on a non-blocking stream (streams: never made to wait for the
+-- legacy NULL stream), its process made no call that makes a stream wait (cudaStreamWaitEvent, a wait on a value or
+-- on an external semaphore: calls recorded without event tracing, their streams not) between the launch of the work
+-- before it on its stream and its own, and it is not part of a graph launch (a graph orders its kernels itself).
 -- ready_ns is the latest of the three; delay_ns = start_ns - ready_ns.
 -- Cause: sms_held when (a) another kernel on the device was running at ready_ns and ended when this one started
 -- (within 20 us, the timer skew between kernels: the block scheduler placed its CTAs as that kernel's left the SMs),
 -- or (b) its CTAs cannot share an SM with those of more than half an SM (sm_exclusive, the SM model's half-an-SM
 -- test) and such co-runners held every SM through the delay (their SMs averaged over it reach the SM count); held_by
--- names the co-runner (of several, the one that ran through most of the delay; (a) first). Otherwise unknown.
+-- names the co-runner (of several, the one that ran through most of the delay; (a) first), or (c) a kernel that
+-- started by the time it was ready ran through the whole delay (the block scheduler placed its CTAs first).
+-- Otherwise unknown.
 -- columns:
 --   run_id       VARCHAR  run
 --   device_id    INTEGER  physical GPU
@@ -26,14 +31,35 @@
 --   held_by      VARCHAR  that co-runner's base function name (NULL when unknown)
 WITH traced AS (
     SELECT DISTINCT run_id, global_pid FROM stream_waits
+), non_blocking AS (
+    SELECT run_id, global_pid, stream_id FROM streams GROUP BY ALL HAVING bool_and(stream_kind = 'non_blocking')
 ), acts AS (
+    -- the activities of traced processes, and of the others those on non-blocking streams (their stream order is
+    -- all that a kernel there may wait for, but for the wait calls below)
     SELECT a.run_id, a.device_id, a.activity_id, a.activity, a.global_pid, a.stream_id, a.correlation_id,
-           a.start_ns, a.end_ns, a.sig, a.sm_exclusive
-    FROM _activity_rows a SEMI JOIN traced USING (run_id, global_pid)
+           a.start_ns, a.end_ns, a.sig, a.sm_exclusive, t.global_pid IS NOT NULL AS traced
+    FROM _activity_rows a
+    LEFT JOIN traced t USING (run_id, global_pid)
+    LEFT JOIN non_blocking n USING (run_id, global_pid, stream_id)
+    WHERE t.global_pid IS NOT NULL OR n.stream_id IS NOT NULL
 ), ordered AS (
     SELECT *, lag(end_ns) OVER s AS pred_end_ns, lag(correlation_id) OVER s AS pred_correlation_id
     FROM acts
     WINDOW s AS (PARTITION BY run_id, global_pid, stream_id ORDER BY correlation_id)
+), wait_calls AS (
+    -- the calls that make a stream wait, in processes whose events were not traced
+    SELECT r.run_id, r.global_pid, r.correlation_id
+    FROM runtime_api r ANTI JOIN traced t USING (run_id, global_pid)
+    WHERE r.name ILIKE '%StreamWait%' OR r.name ILIKE '%WaitExternalSemaphore%'
+), judged AS (
+    -- traced processes: every kernel; the others: a kernel whose process made no wait call since the work before it
+    -- on its stream was launched
+    SELECT o.* EXCLUDE (traced)
+    FROM ordered o
+    ASOF LEFT JOIN wait_calls w
+      ON w.run_id = o.run_id AND w.global_pid = o.global_pid AND w.correlation_id < o.correlation_id
+    WHERE o.activity = 'kernel'
+      AND (o.traced OR w.correlation_id IS NULL OR w.correlation_id < coalesce(o.pred_correlation_id, -1))
 ), direct AS (
     -- each wait's event record completes when the work launched before it on its stream ended ...
     SELECT w.*, p.end_ns AS work_ns, p.correlation_id AS work_correlation_id
@@ -62,10 +88,11 @@ WITH traced AS (
 ), ready AS (
     SELECT o.run_id, o.device_id, o.activity_id, o.global_pid, o.sig, o.start_ns, o.sm_exclusive,
            greatest(l.end_ns, o.pred_end_ns, d.record_ns) AS ready_ns
-    FROM ordered o
+    FROM judged o
     JOIN runtime_api l ON l.run_id = o.run_id AND l.global_pid = o.global_pid AND l.correlation_id = o.correlation_id
     LEFT JOIN dependencies d ON d.run_id = o.run_id AND d.activity_id = o.activity_id
-    WHERE o.activity = 'kernel'
+    -- a graph launch's kernels follow the graph's edges, not stream order (traced processes too)
+    WHERE l.name NOT ILIKE '%GraphLaunch%'
 ), delayed AS (
     SELECT *, start_ns - ready_ns AS delay_ns FROM ready WHERE start_ns - ready_ns >= 100000
 ), released AS (
@@ -92,12 +119,25 @@ WITH traced AS (
     JOIN devices v ON v.run_id = d.run_id AND v.device_id = d.device_id
     WHERE d.sm_exclusive > 0
     GROUP BY ALL
+), earlier AS (
+    -- (c) a kernel that started by the time it was ready (20 us of timer skew) and ran through its whole delay: the
+    -- block scheduler placed that kernel's CTAs first, and this one's only once those were all placed (measured: a
+    -- kernel launched after a many-wave kernel that fills the SMs starts as that kernel's last CTAs leave,
+    -- tests/data/calibration/residency; in FSDP2 training, an optimizer kernel on a high-priority stream that became
+    -- ready as a GEMM of all the SMs started waited for the GEMM's CTAs); of several, the one holding the most SMs
+    SELECT d.run_id, d.activity_id, arg_max(s.short_name, c.sm_held) AS held_by
+    FROM delayed d
+    JOIN _activity_rows c ON c.run_id = d.run_id AND c.device_id = d.device_id AND c.activity = 'kernel'
+     AND c.activity_id <> d.activity_id AND c.start_ns <= d.ready_ns + 20000 AND c.end_ns >= d.start_ns
+    JOIN _signatures s ON s.sig = c.sig
+    GROUP BY ALL
 ), holders AS (
-    SELECT d.run_id, d.activity_id, coalesce(r.held_by, x.held_by) AS held_by
+    SELECT d.run_id, d.activity_id, coalesce(r.held_by, x.held_by, e.held_by) AS held_by
     FROM delayed d
     LEFT JOIN released r USING (run_id, activity_id)
     LEFT JOIN exclusive x ON x.run_id = d.run_id AND x.activity_id = d.activity_id AND x.held_sms >= x.sm_count - 0.5
-    WHERE r.held_by IS NOT NULL OR x.held_by IS NOT NULL
+    LEFT JOIN earlier e ON e.run_id = d.run_id AND e.activity_id = d.activity_id
+    WHERE r.held_by IS NOT NULL OR x.held_by IS NOT NULL OR e.held_by IS NOT NULL
 )
 SELECT d.run_id, d.device_id, d.activity_id, d.global_pid, g.nvtx, s.name, s.short_name, d.start_ns, d.ready_ns,
        d.delay_ns, CASE WHEN h.held_by IS NOT NULL THEN 'sms_held' ELSE 'unknown' END AS cause, h.held_by

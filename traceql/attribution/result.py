@@ -223,7 +223,8 @@ def step_paths(con: duckdb.DuckDBPyConnection, grouped: bool) -> pa.Table | None
 
 def untraced_runs(con: duckdb.DuckDBPyConnection) -> list[str]:
     """The runs with collectives whose CUDA events were not traced (no stream_waits rows): there a kernel held back
-    from starting cannot be told from one that waited for another stream, and activity_delays gives none."""
+    from starting can be told from one that waited for another stream only where no stream wait can apply, and
+    activity_delays gives a lower bound."""
     return [r[0] for r in con.sql("SELECT DISTINCT run_id FROM kernels WHERE kind = 'comm' AND run_id NOT IN "
                                   "(SELECT run_id FROM stream_waits) ORDER BY 1").fetchall()]
 
@@ -241,8 +242,9 @@ def delay_note(run_ids: list[str]) -> list[str]:
     if not run_ids:
         return []
     return [f"{len(run_ids)} run(s) with collectives were recorded without CUDA event tracing "
-            f"({', '.join(run_ids)}): kernels held back from starting (delays) are found only where nsys recorded "
-            "the event waits between streams (nsys profile --cuda-event-trace=true; traceql collect asks for it)"]
+            f"({', '.join(run_ids)}): there kernels held back from starting (delays) are found only on non-blocking "
+            "streams, where no stream wait was called since the work before them, a lower bound (record with nsys "
+            "profile --cuda-event-trace=true; traceql collect asks for it)"]
 
 
 def untested_notes(runs: pa.Table) -> list[str]:

@@ -331,6 +331,7 @@ def _write_run(trace: Path, export: Path, fmt: str, ident: _Identity, tmp: Path,
         for table in ("ncu_metrics", "ncu_kernels"):  # Nsight Compute's tables: empty in an nsys run
             put(table, None)
         put("stream_waits", adapter.stream_waits() if hasattr(adapter, "stream_waits") else None)
+        put("streams", adapter.streams() if hasattr(adapter, "streams") else None)
         for table in ("memcpy", "memset", "nvtx", "runtime_api", "gpu_metrics"):
             if table not in info.deferred:
                 info.tables[table], dropped = _read_table(adapter, table, info.run_id, tmp, trace)

@@ -76,6 +76,11 @@ _TABLES: dict[str, pa.Schema] = {
         ("global_pid", i64), ("device_id", i32), ("stream_id", i64), ("correlation_id", i64),
         ("record_stream_id", i64), ("record_correlation_id", i64),
     ),
+    # each CUDA stream's kind as created: the legacy NULL stream, a blocking stream (it waits for the NULL stream's
+    # work, and the NULL stream for its), a non-blocking one; nsys's TARGET_INFO_CUDA_STREAM
+    "streams": _schema(
+        ("global_pid", i64), ("context_id", i64), ("stream_id", i64), ("stream_kind", s), ("priority", i32),
+    ),
     # and a DOUBLE column per metric, named as nsys names it: the columns differ between runs (WIDE)
     "gpu_metrics": _schema(("device_id", i32), ("ts_ns", i64)),
     "power": _schema(
@@ -122,6 +127,9 @@ DESCRIPTIONS = {
     "runtime_api": "one row per CUDA runtime/driver API call; correlation_id links it to its kernel or copy",
     "stream_waits": "one row per cudaStreamWaitEvent: the stream made to wait and the call's correlation_id, and the "
                     "cudaEventRecord it waits for (its stream and correlation_id); needs nsys --cuda-event-trace=true",
+    "streams": "one row per CUDA stream: `stream_kind` null (the legacy default stream), blocking (created with "
+               "default flags: it and the null stream wait for each other's work), non_blocking, or unknown; its "
+               "priority (lower runs first)",
     "gpu_metrics": "one row per (GPU, sample, metric): nsys GPU metrics sampling, long format (a view of the stored "
                    "`gpu_metrics_wide`: one row per GPU and sample time, a column per metric)",
     "power": "one row per NVML sample (traceql collect --power): power, energy counter, clocks, throttle reasons",

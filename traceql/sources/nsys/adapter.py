@@ -400,6 +400,28 @@ class Adapter:
                          "record_stream_id": joined.column("record_stream_id"),
                          "record_correlation_id": joined.column("record_correlation_id")})
 
+    @_reads("TARGET_INFO_CUDA_STREAM")
+    def streams(self) -> pa.Table | None:
+        """Each CUDA stream's kind as created (CUPTI's stream flag: 1 default, that is blocking; 2 non-blocking;
+        3 the legacy NULL stream; 0 unknown) and priority (written unsigned by nsys: -5 comes as 4294967291)."""
+        table = "TARGET_INFO_CUDA_STREAM"
+        if not self.has(table):
+            return None
+        rel, p = self.load(table, ["streamId", "hwId", "vmId", "processId", "contextId", "priority", "flag"])
+        if not {"streamId", "processId", "flag"} <= set(p):
+            return None
+        hw = "r.hwId" if "hwId" in p else "0"
+        vm = "r.vmId" if "vmId" in p else "0"
+        context = "r.contextId" if "contextId" in p else "NULL"
+        priority = ("CASE WHEN r.priority >= 2147483648 THEN r.priority - 4294967296 ELSE r.priority END"
+                    if "priority" in p else "NULL")
+        return self.fetch(f"""
+            SELECT DISTINCT ({hw}::BIGINT << 56) | ({vm}::BIGINT << 48) | (r.processId::BIGINT << 24) AS global_pid,
+                   {context}::BIGINT AS context_id, r.streamId::BIGINT AS stream_id,
+                   CASE r.flag WHEN 1 THEN 'blocking' WHEN 2 THEN 'non_blocking' WHEN 3 THEN 'null'
+                        ELSE 'unknown' END AS stream_kind, ({priority})::INTEGER AS priority
+            FROM {rel} r ORDER BY global_pid, context_id, stream_id""")
+
     @_reads("GPU_METRICS", "TARGET_INFO_GPU_METRICS")
     def gpu_metrics(self, batch_rows: int = 1 << 18, workers: int | None = None) -> Iterator[pa.RecordBatch] | None:
         """Samples in table order, as batches of device_id, ts_ns, metric, value; ``metric`` comes
