@@ -94,7 +94,8 @@ def test_without_event_tracing_only_non_blocking_streams_are_judged(tmp_path):
 
     con = duckdb.connect()
     attribute(build_store(tmp_path / "fsdp2", ["train_fsdp2"]), group_by_nvtx="case:train*", con=con)
-    kinds = con.sql("""SELECT DISTINCT s.stream_kind FROM activity_delays d JOIN _activity_rows a USING (run_id, activity_id)
+    kinds = con.sql("""SELECT DISTINCT s.stream_kind
+                       FROM activity_delays d JOIN _activity_rows a USING (run_id, activity_id)
                        JOIN streams s ON s.run_id = a.run_id AND s.global_pid = a.global_pid
                         AND s.stream_id = a.stream_id""").fetchall()
     assert kinds == [("non_blocking",)]
