@@ -11,6 +11,7 @@
 #   comm       collectors/eval_comm.py under torchrun --nproc-per-node 2 (needs 2 GPUs), NCCL's default CTAs,
 #              one nsys around torchrun -> $OUT/eval_comm_<gpu>x2.sqlite.xz and .log
 #   residency  collectors/residency.py on GPU 0 (calibration data for the SM model) -> $OUT/residency_<gpu>.sqlite.xz
+#   residency_gemms  collectors/residency.py --case gemms (a check of the delays rule) -> residency_gemms_<gpu>...
 #   held       collectors/eval_held.py the same way, nsys also tracing CUDA events (--cuda-event-trace=true, where
 #              this nsys has it) -> $OUT/eval_held_<gpu>x2.sqlite.xz and .log
 # OUT defaults to ./out. Extra arguments go to eval_cases.py. Each step has its own time limits; each step's log is
@@ -83,6 +84,13 @@ for step in ${EVAL_STEPS:-cases}; do
         echo "### gpu $gpu"; versions
         profile residency "residency_$gpu" 0 200 python3 "$C/residency.py" --profile-range
       } 2>&1 | tee "$OUT/residency_$gpu.log" ;;
+    residency_gemms)
+      # a check of the delays rule (tests/data/calibration/residency/README.md)
+      rm -f "$W"/residency_gemms*
+      {
+        echo "### gpu $gpu"; versions
+        profile residency_gemms "residency_gemms_$gpu" 0 200 python3 "$C/residency.py" --case gemms --profile-range
+      } 2>&1 | tee "$OUT/residency_gemms_$gpu.log" ;;
     allreduce) torchrun_step allreduce NCCL_MAX_CTAS=16 NCCL_MIN_CTAS=16 ;;
     comm) torchrun_step comm ;;
     held)
@@ -92,6 +100,6 @@ for step in ${EVAL_STEPS:-cases}; do
       echo "held: NSYS_EXTRA=${NSYS_EXTRA:-(none: this nsys has no --cuda-event-trace)}"
       torchrun_step held
       NSYS_EXTRA= ;;
-    *) echo "unknown step $step (cases, residency, allreduce, comm, held)" ;;
+    *) echo "unknown step $step (cases, residency, residency_gemms, allreduce, comm, held)" ;;
   esac
 done

@@ -24,7 +24,11 @@ Each case: the victim alone (``case:chase_alone``), then beside the co-runner la
 asked to last 4x the victim's launches (``case:chase_fill;corunner=fill_sleep``). ``ctas_per_sm`` labels what the
 victim places per SM alone. ``expect`` is not given: this is calibration data, not an evaluation case.
 
-    python collectors/residency.py [--reps 20] [--profile-range]
+``--case gemms`` (a check of the delays rule, written after it): the victim is PyTorch's elementwise add over two
+64 Mi-element fp32 tensors on a non-blocking stream, the co-runner cuBLAS bf16 GEMMs 8192^3 back to back on another
+(``case:add_alone``, then ``case:add_gemms;corunner=gemm``).
+
+    python collectors/residency.py [--case fill|gemms] [--reps 20] [--profile-range]
 """
 
 from __future__ import annotations
@@ -74,6 +78,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--reps", type=int, default=20, help="victim launches per case (>= 20)")
     p.add_argument("--steps", type=int, default=4000, help="dependent loads per victim thread")
     p.add_argument("--cta-us", type=float, default=20.0, help="how long each co-runner CTA sleeps (us)")
+    p.add_argument("--case", choices=("fill", "gemms"), default="fill", help="which experiment (see above)")
     p.add_argument("--profile-range", action="store_true", help="cudaProfilerStart/Stop around the measured part")
     return p.parse_args(argv)
 
@@ -109,8 +114,45 @@ class Residency(CudaBench):
         self.k_fill[threads]((waves * per_sm * self.sms,), (threads,), (self.np.uint64(int(cta_ns)), self.sink),
                              stream=self._cp_stream())
 
+    def gemms(self) -> None:
+        """The victim (torch.add, non-blocking stream) alone, then beside back-to-back cuBLAS GEMMs."""
+        torch, args = self.torch, self.args
+        gen = torch.Generator(device="cuda").manual_seed(5)
+        a, b = (torch.rand(1 << 26, device="cuda", generator=gen) for _ in range(2))
+        out = torch.empty_like(a)
+        g = 8192
+        ga, gb = (torch.randn(g, g, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(2))
+        gc = torch.empty(g, g, device="cuda", dtype=torch.bfloat16)
+        for _ in range(3):
+            torch.add(a, b, out=out)
+            torch.matmul(ga, gb, out=gc)
+        torch.cuda.synchronize()
+        s, e = self.timed(lambda: torch.matmul(ga, gb, out=gc), 5, self.corunner_stream)
+        torch.cuda.synchronize()
+        gemm_ms = s.elapsed_time(e) / 5
+
+        def co(total_ms: float) -> None:
+            for _ in range(max(2, int(total_ms / gemm_ms) + 1)):
+                torch.matmul(ga, gb, out=gc)
+
+        labels = dict(n=1 << 26, dtype="fp32", gemm=g, gemm_dtype="bf16", reps=args.reps)
+        if args.profile_range:
+            torch.cuda.cudart().cudaProfilerStart()
+        alone, beside, co_ms, covered = self.alone_then_beside(
+            lambda: torch.add(a, b, out=out), co, 4.0, args.reps, ("add_alone", dict(corunner="none", **labels)),
+            ("add_gemms", dict(corunner="gemm", **labels)))
+        print(f"add beside GEMMs ({gemm_ms:.3f} ms each): alone {alone:.3f} ms, beside {beside:.3f} ms "
+              f"({beside / alone - 1:+.1%}), co-runner {co_ms:.1f} ms, covered={'yes' if covered else 'NO'}",
+              flush=True)
+        torch.cuda.synchronize()
+        if args.profile_range:
+            torch.cuda.cudart().cudaProfilerStop()
+
     def main(self) -> None:
         torch, args, S = self.torch, self.args, self.sms
+        if args.case == "gemms":
+            self.gemms()
+            return
         for c in (1, 2, 4, 16):  # warm up and compile
             self.chase(c * S)
         self.fill(128, 1.0)
