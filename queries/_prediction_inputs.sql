@@ -24,8 +24,8 @@
 --   memory_bound      BOOLEAN  isolated DRAM rate >= memory_bound_frac of saturation
 --   footprint         BOOLEAN  a co-runner has a cache footprint
 --   clock_power       BOOLEAN  the clock dropped while the device drew more power than in isolation
---   clock_base_mhz    DOUBLE   the GPC clock the clock factor compares with (MHz)
 --   cache_evidence    VARCHAR  ncu_working_set, footprint or NULL
+--   clock_base_mhz    DOUBLE   the GPC clock the clock factor compares with (MHz)
 SELECT group_id, sm_lo, sm_pt, sm_hi, dram_lo, dram_pt, dram_hi, cache_lo, cache_pt, cache_hi, clock_lo, clock_pt,
        clock_hi, link_lo, link_pt, link_hi, sm_pt / nullif(f, 0) AS sm_predicted, dram_pct / dram_sat_pct AS dram_busy,
        extra_bytes_frac, dram_sat_pct, memory_bound, footprint, clock_power, cache_evidence, clock_base_mhz
