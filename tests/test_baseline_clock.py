@@ -1,10 +1,10 @@
 """The clock factor compares an instance's clock with that of the isolated instances its baseline comes from, on a real
 trace where the device throttled as the run went on (tests/data/eval/README.md, "The clock of the baseline").
 
-In `gemm_gemm` of `tests/data/eval/h100/eval_cases` (1 x H100), the first isolated GEMMs ran at about 1590 MHz, the later
-ones and the overlapped pairs at about 1380 MHz. The baseline drifts, so each pair is compared with its nearest isolated
-GEMMs in time, which ran at the throttled clock: the clock then explains nothing, and the loss the pairs show (the SMs
-of the other GEMM's tail) is `sm`.
+In `gemm_gemm` of `tests/data/eval/h100/eval_cases` (1 x H100), the first isolated GEMMs ran at about 1590 MHz, the
+later ones and the overlapped pairs at about 1380 MHz. The baseline drifts, so each pair is compared with its nearest
+isolated GEMMs in time, which ran at the throttled clock: the clock then explains nothing, and the loss the pairs show
+(the SMs of the other GEMM's tail) is `sm`.
 """
 
 from __future__ import annotations
