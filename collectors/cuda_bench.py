@@ -5,6 +5,9 @@ collectors' own folder (run as scripts)."""
 
 from __future__ import annotations
 
+import os
+import sys
+
 # a kernel that holds one SM per CTA for a while: one 1024-thread CTA per SM (launch with more than half an SM's
 # shared memory, so nothing else fits beside it), spinning on the global timer; the co-runner of the known-cause
 # cases and the straggler of the training runs
@@ -100,3 +103,12 @@ class CudaBench:
             s, e = self.timed(fn, reps, self.victim_stream)
             torch.cuda.synchronize()
         return alone_ms, s.elapsed_time(e) / reps, co_start.elapsed_time(co_end), e.elapsed_time(co_end) > 0
+
+
+def run(bench, args, least_reps: int, why: str = "") -> None:
+    """A one-GPU case collector's entry: refuse fewer than ``least_reps`` launches per case (``args.reps``), then run
+    ``bench(args).main()`` with the collectors' folder importable (their cases import ``labels`` by name)."""
+    if args.reps < least_reps:
+        raise SystemExit(f"--reps must be >= {least_reps}{why}")
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    bench(args).main()

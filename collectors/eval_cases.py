@@ -47,10 +47,8 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
-import sys
 
-from cuda_bench import CudaBench
+from cuda_bench import CudaBench, run
 
 try:  # the Triton victim; absent on CPU-only machines, where this file is only compiled
     import triton
@@ -504,11 +502,7 @@ class Eval(CudaBench):
 
 
 def main(argv=None) -> None:
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    args = parse_args(argv)
-    if args.reps < 20:
-        raise SystemExit("--reps must be >= 20")
-    Eval(args).main()
+    run(Eval, parse_args(argv), least_reps=20)
 
 
 if __name__ == "__main__":

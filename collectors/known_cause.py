@@ -47,10 +47,8 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
-import sys
 
-from cuda_bench import BUSY_WAIT_SRC, CudaBench
+from cuda_bench import BUSY_WAIT_SRC, CudaBench, run
 
 SRC = BUSY_WAIT_SRC + r"""
 extern "C" __global__ void __launch_bounds__(1024, 2)
@@ -352,11 +350,7 @@ class Bench(CudaBench):
 
 
 def main(argv=None) -> None:
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    args = parse_args(argv)
-    if args.reps < 10:
-        raise SystemExit("--reps must be >= 10 (confidence intervals need them)")
-    Bench(args).main()
+    run(Bench, parse_args(argv), least_reps=10, why=" (confidence intervals need them)")
 
 
 if __name__ == "__main__":

@@ -34,14 +34,11 @@ victim places per SM alone. ``expect`` is not given: this is calibration data, n
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 
-from cuda_bench import CudaBench
+from cuda_bench import CudaBench, run
 
 SRC = r"""
-extern "C" __global__ void __launch_bounds__(128)
-fill_sleep(unsigned long long cta_ns, int *sink) {
+__device__ __forceinline__ void sleep_for(unsigned long long cta_ns, int *sink) {
     unsigned long long start, now;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
     now = start;
@@ -52,16 +49,12 @@ fill_sleep(unsigned long long cta_ns, int *sink) {
     if (cta_ns == 0xFFFFFFFFFFFFFFFFull) sink[threadIdx.x] = (int)threadIdx.x;  // never
 }
 
-extern "C" __global__ void __launch_bounds__(512)
-fill_sleep512(unsigned long long cta_ns, int *sink) {
-    unsigned long long start, now;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
-    now = start;
-    while (now - start < cta_ns) {
-        __nanosleep(1000);
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-    }
-    if (cta_ns == 0xFFFFFFFFFFFFFFFFull) sink[threadIdx.x] = (int)threadIdx.x;  // never
+extern "C" __global__ void __launch_bounds__(128) fill_sleep(unsigned long long cta_ns, int *sink) {
+    sleep_for(cta_ns, sink);
+}
+
+extern "C" __global__ void __launch_bounds__(512) fill_sleep512(unsigned long long cta_ns, int *sink) {
+    sleep_for(cta_ns, sink);
 }
 
 extern "C" __global__ void __launch_bounds__(512)
@@ -180,11 +173,7 @@ class Residency(CudaBench):
 
 
 def main(argv=None) -> None:
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    args = parse_args(argv)
-    if args.reps < 20:
-        raise SystemExit("--reps must be >= 20")
-    Residency(args).main()
+    run(Residency, parse_args(argv), least_reps=20)
 
 
 if __name__ == "__main__":

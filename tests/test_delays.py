@@ -12,11 +12,12 @@ all-reduces of ``case:allreduce_alone`` are held back nowhere.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import duckdb
 import pytest
+from h200x2 import build_store
+from synthetic import launches, make_store
 
 from traceql.attribute import attribute
 
@@ -89,9 +90,6 @@ def test_without_event_tracing_only_non_blocking_streams_are_judged(tmp_path):
     """FSDP2 without event records (tests/data/h200x2/train_fsdp2): the kernels held back are on non-blocking
     streams, none on the NULL stream (its kernels wait for other streams' work unseen), and no stream wait was called
     in their process between the work before each on its stream and its launch."""
-    sys.path.insert(0, str(Path(__file__).parent))
-    from h200x2 import build_store
-
     con = duckdb.connect()
     attribute(build_store(tmp_path / "fsdp2", ["train_fsdp2"]), group_by_nvtx="case:train*", con=con)
     kinds = con.sql("""SELECT DISTINCT s.stream_kind
@@ -130,8 +128,6 @@ def _held_store(tmp_path: Path, kind: str | None, wait_call: bool = False, launc
     """A kernel on stream 21 launched at 1 us, ready then (nothing before it on its stream), starting as a kernel
     that took the SMs from 0 to 1 ms ends: a delay of about 1 ms, if it may be judged. ``kind``: stream 21's kind
     in ``streams`` (None: no row); ``wait_call``: the process called cudaStreamWaitEvent before its launch."""
-    from synthetic import launches, make_store
-
     kernels = [dict(name="hog", start_ns=0, end_ns=1_000_000, ctas=132, stream_id=20, correlation_id=10),
                dict(name="late", start_ns=1_000_010, end_ns=1_100_000, ctas=132, stream_id=21, correlation_id=30)]
     api = launches(kernels[:1], lead_ns=-1) + [dict(global_pid=1, correlation_id=30, start_ns=1_000, end_ns=1_005,
@@ -153,7 +149,6 @@ def _held_store(tmp_path: Path, kind: str | None, wait_call: bool = False, launc
     ("non_blocking", False, "cudaGraphLaunch_v10000", False),  # a graph orders its kernels by its own edges
 ])
 def test_without_event_tracing_what_may_be_judged(tmp_path, kind, wait_call, launch, judged):
-    sys.path.insert(0, str(Path(__file__).parent))
     doc = attribute(_held_store(tmp_path, kind, wait_call, launch)).to_json()
     if not judged:
         assert doc["delays"] == []
