@@ -95,13 +95,21 @@ WITH traced AS (
     WHERE l.name NOT ILIKE '%GraphLaunch%'
 ), delayed AS (
     SELECT *, start_ns - ready_ns AS delay_ns FROM ready WHERE start_ns - ready_ns >= 100000
-), released AS (
-    -- (a) a co-runner that ended as it started
+), beside AS (
+    -- the kernels on its device that (a) or (c) may name, in one pass over them:
+    -- (a) a co-runner that ended as it started;
+    -- (c) a kernel that started by the time it was ready (20 us of timer skew) and ran through its whole delay: the
+    -- block scheduler placed that kernel's CTAs first, and this one's only once those were all placed (measured: a
+    -- kernel launched after a many-wave kernel that fills the SMs starts as that kernel's last CTAs leave,
+    -- tests/data/calibration/residency; in FSDP2 training, an optimizer kernel on a high-priority stream that became
+    -- ready as a GEMM of all the SMs started waited for the GEMM's CTAs); of several, the one holding the most SMs
     SELECT d.run_id, d.activity_id,
-           arg_max(s.short_name, least(c.end_ns, d.start_ns) - greatest(c.start_ns, d.ready_ns)) AS held_by
+           arg_max(s.short_name, least(c.end_ns, d.start_ns) - greatest(c.start_ns, d.ready_ns))
+               FILTER (c.start_ns <= d.ready_ns AND abs(c.end_ns - d.start_ns) <= 20000) AS released_by,
+           arg_max(s.short_name, c.sm_held) FILTER (c.end_ns >= d.start_ns) AS earlier_by
     FROM delayed d
     JOIN _activity_rows c ON c.run_id = d.run_id AND c.device_id = d.device_id AND c.activity = 'kernel'
-     AND c.activity_id <> d.activity_id AND c.start_ns <= d.ready_ns AND abs(c.end_ns - d.start_ns) <= 20000
+     AND c.activity_id <> d.activity_id AND c.start_ns <= d.ready_ns + 20000 AND c.end_ns >= d.start_ns - 20000
     JOIN _signatures s ON s.sig = c.sig
     GROUP BY ALL
 ), exclusive AS (
@@ -119,25 +127,12 @@ WITH traced AS (
     JOIN devices v ON v.run_id = d.run_id AND v.device_id = d.device_id
     WHERE d.sm_exclusive > 0
     GROUP BY ALL
-), earlier AS (
-    -- (c) a kernel that started by the time it was ready (20 us of timer skew) and ran through its whole delay: the
-    -- block scheduler placed that kernel's CTAs first, and this one's only once those were all placed (measured: a
-    -- kernel launched after a many-wave kernel that fills the SMs starts as that kernel's last CTAs leave,
-    -- tests/data/calibration/residency; in FSDP2 training, an optimizer kernel on a high-priority stream that became
-    -- ready as a GEMM of all the SMs started waited for the GEMM's CTAs); of several, the one holding the most SMs
-    SELECT d.run_id, d.activity_id, arg_max(s.short_name, c.sm_held) AS held_by
-    FROM delayed d
-    JOIN _activity_rows c ON c.run_id = d.run_id AND c.device_id = d.device_id AND c.activity = 'kernel'
-     AND c.activity_id <> d.activity_id AND c.start_ns <= d.ready_ns + 20000 AND c.end_ns >= d.start_ns
-    JOIN _signatures s ON s.sig = c.sig
-    GROUP BY ALL
 ), holders AS (
-    SELECT d.run_id, d.activity_id, coalesce(r.held_by, x.held_by, e.held_by) AS held_by
+    SELECT d.run_id, d.activity_id, coalesce(b.released_by, x.held_by, b.earlier_by) AS held_by
     FROM delayed d
-    LEFT JOIN released r USING (run_id, activity_id)
+    LEFT JOIN beside b USING (run_id, activity_id)
     LEFT JOIN exclusive x ON x.run_id = d.run_id AND x.activity_id = d.activity_id AND x.held_sms >= x.sm_count - 0.5
-    LEFT JOIN earlier e ON e.run_id = d.run_id AND e.activity_id = d.activity_id
-    WHERE r.held_by IS NOT NULL OR x.held_by IS NOT NULL OR e.held_by IS NOT NULL
+    WHERE b.released_by IS NOT NULL OR x.held_by IS NOT NULL OR b.earlier_by IS NOT NULL
 )
 SELECT d.run_id, d.device_id, d.activity_id, d.global_pid, g.nvtx, s.name, s.short_name, d.start_ns, d.ready_ns,
        d.delay_ns, CASE WHEN h.held_by IS NOT NULL THEN 'sms_held' ELSE 'unknown' END AS cause, h.held_by
