@@ -410,16 +410,14 @@ class Adapter:
         rel, p = self.load(table, ["streamId", "hwId", "vmId", "processId", "contextId", "priority", "flag"])
         if not {"streamId", "processId", "flag"} <= set(p):
             return None
-        hw = "r.hwId" if "hwId" in p else "0"
-        vm = "r.vmId" if "vmId" in p else "0"
-        context = "r.contextId" if "contextId" in p else "NULL"
-        priority = ("CASE WHEN r.priority >= 2147483648 THEN r.priority - 4294967296 ELSE r.priority END"
-                    if "priority" in p else "NULL")
+        hw, vm, priority = self.ref(p, "hwId", "0"), self.ref(p, "vmId", "0"), self.ref(p, "priority")
         return self.fetch(f"""
             SELECT DISTINCT ({hw}::BIGINT << 56) | ({vm}::BIGINT << 48) | (r.processId::BIGINT << 24) AS global_pid,
-                   {context}::BIGINT AS context_id, r.streamId::BIGINT AS stream_id,
+                   {self.ref(p, "contextId")}::BIGINT AS context_id, r.streamId::BIGINT AS stream_id,
                    CASE r.flag WHEN 1 THEN 'blocking' WHEN 2 THEN 'non_blocking' WHEN 3 THEN 'null'
-                        ELSE 'unknown' END AS stream_kind, ({priority})::INTEGER AS priority
+                        ELSE 'unknown' END AS stream_kind,
+                   (CASE WHEN {priority} >= 2147483648 THEN {priority} - 4294967296 ELSE {priority} END)::INTEGER
+                       AS priority
             FROM {rel} r ORDER BY global_pid, context_id, stream_id""")
 
     @_reads("GPU_METRICS", "TARGET_INFO_GPU_METRICS")
