@@ -557,6 +557,22 @@ def test_clock_factor(tmp_path):
     assert a["agreement"] == "agrees" and a["class"] == "clock" and a["reason"] is None
 
 
+def test_clock_factor_against_a_baseline_runs_clock(tmp_path):
+    """A run that never ran the victim alone, against a baseline run that did: the victim's isolated behaviour (its
+    clock here) is that of the baseline run's instances its t0 comes from, so the clock factor compares with them."""
+    base = make_store(tmp_path / "base", kernels=_isolated("victim", (0, 2000, 4000), 1000, ctas=100, **ONE_PER_SM),
+                      gpu_metrics=_metric_windows([(s, s + 1000, {CLOCK: 1980, READ: 20}) for s in (0, 2000, 4000)]),
+                      devices=DEV, run_id="ba5e000000000001")
+    kernels = [dict(name="victim", start_ns=10_000, end_ns=11_200, ctas=100, **ONE_PER_SM)]
+    metrics = _metric_windows([(10_000, 11_200, {CLOCK: 1650, READ: 20 * 1000 / 1200})])
+    a = _by_name(_attr(tmp_path, kernels=kernels, memcpy=[dict(start_ns=9_900, end_ns=11_300)], gpu_metrics=metrics,
+                       attribute_kwargs={"baseline": base}))["victim"]
+    assert a["baseline"] == "baseline run" and a["n_isolated"] == 0 and a["slowdown"] == approx(0.2)
+    assert a["gpc_clock_mhz_iso"] == approx(1980) and a["gpc_clock_mhz_base"] == approx(1980)
+    assert a["dram_pct_iso"] == approx(20)
+    assert a["explained"]["clock"] == approx((1980 / 1650 - 1) * (1 - 20 / 88)) and a["class"] == "clock"
+
+
 def test_clock_factor_against_the_clock_of_its_baseline(tmp_path):
     """A device that throttles over the run: the isolated instances ran at 1980 MHz for 1000 ns, then at 1650 MHz for
     1200 ns. The drifting baseline compares each overlapped instance (1650 MHz, 1200 ns) with its nearest isolated

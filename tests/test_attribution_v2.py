@@ -83,6 +83,32 @@ def test_mixture_without_occurrence_is_reported_and_left_out(tmp_path):
     assert dev["compute_slowdown"] is None  # the only overlapped compute kernels are the conflated ones
 
 
+def test_a_baseline_runs_mixture_is_split_by_its_launch_contexts(tmp_path):
+    """A run overlapped throughout, against a baseline run whose isolated instances of one signature are two kinds of
+    work: each instance is compared with the baseline run's instances of its own launch context (the k-th launch of
+    the signature in its NVTX range), not with the median of the mixture."""
+    kernels, comm, nvtx, api = _steps(8, overlapped=set(range(8)))
+    run = make_store(tmp_path / "run", kernels=kernels + comm, nvtx=nvtx, runtime_api=api)
+    kernels, _, nvtx, api = _steps(8, overlapped=set())
+    nvtx = [dict(r, text="step of the baseline run") for r in nvtx]  # another text: the occurrence still tells
+    base = make_store(tmp_path / "base", kernels=kernels, nvtx=nvtx, runtime_api=api, run_id="ba5e000000000001")
+    rows = sorted(_rows(attribute(run, baseline=base), name="gemm_tile"), key=lambda r: r["mode"])
+    assert [(r["split"], r["mode"], r["n_overlapped"], r["conflated"], r["baseline"]) for r in rows] == \
+        [("duration mode", 0, 8, False, "baseline run"), ("duration mode", 1, 8, False, "baseline run")]
+    for r, t0 in zip(rows, (14_050, 595_700), strict=True):
+        assert r["t0_ns"] == pytest.approx(t0, rel=0.01)
+        assert r["slowdown"] == pytest.approx(0.2, abs=0.01) and r["significant"]
+
+
+def test_a_baseline_runs_mixture_without_a_shared_context_is_conflated(tmp_path):
+    kernels, comm, nvtx, api = _steps(8, overlapped=set(range(8)))
+    run = make_store(tmp_path / "run", kernels=kernels + comm, nvtx=nvtx, runtime_api=api)
+    kernels, _, _, _ = _steps(8, overlapped=set(), nvtx=False)  # no ranges there: nothing to match with
+    base = make_store(tmp_path / "base", kernels=kernels, run_id="ba5e000000000001")
+    (row,) = _rows(attribute(run, baseline=base), name="gemm_tile")
+    assert row["conflated"] and row["n_overlapped"] == 16 and row["slowdown"] is None
+
+
 def test_every_activity_is_a_victim(tmp_path):
     """A user kernel with a name no pattern knows, a copy, a set and the NCCL kernel itself all get rows."""
     kernels, memcpy, memset = [], [], []

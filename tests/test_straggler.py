@@ -142,3 +142,25 @@ def test_four_ranks_exposed_wait_is_the_wait_no_compute_hid(tmp_path):
     for d in OTHERS:
         assert min(exposed_by_step[(d, s)] for s in SLOW) > 5 * max(exposed_by_step[(d, s)] for s in CLEAN), d
     con.close()
+
+
+# Against a baseline run (tests/data/h200x4/README.md, written before this was analysed): the straggler run has no
+# kernel alone, so alone most of its time has no answer; given the clean DDP run of the same program as --baseline,
+# its mixed GEMM signatures are split by the launch contexts of the baseline run's isolated instances.
+def test_a_baseline_run_answers_the_straggler_run(tmp_path):
+    from traceql.attribute import attribute
+
+    run = build_store(tmp_path / "run", data=DATA)
+    base = build_store(tmp_path / "base", ["train_ddp"], data=Path(__file__).parent / "data" / "h200x2")
+    doc = attribute(run, group_by_nvtx="case:train*", baseline=base).to_json()
+    v = {x["device_id"]: x for x in doc["verdicts"]}
+    alone = {x["device_id"]: x for x in attribute(run, group_by_nvtx="case:train*").to_json()["verdicts"]}
+    assert alone[1]["coverage_compute"] < 0.5 and alone[1]["coverage_comm"] < 0.1  # what it answers alone
+    assert v[1]["coverage_compute"] >= 0.85 and all(v[d]["coverage_comm"] >= 0.8 for d in (0, 1))
+    overlapped = [k for k in doc["kernels"] if k["n_overlapped"] and k["kind"] == "compute" and k["nvtx"] is None]
+    assert not any(k["conflated"] for k in overlapped)
+    assert {k["baseline"] for k in overlapped if k["t0_ns"] is not None} == {"baseline run"}
+    assert any(k["split"] == "duration mode" for k in overlapped)  # mixtures there, split by context
+    lost = v[0]["lost_by_cause_ms"]
+    assert max(lost, key=lost.get) == "sm"
+    assert v[1]["wait_ms"] == alone[1]["wait_ms"]  # waits read no baseline

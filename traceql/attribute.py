@@ -127,7 +127,7 @@ def attribute(inputs: list[str | Path] | str | Path, *, baseline: str | Path | N
         rule.apply(con)
         if group_by_nvtx:
             attribution.group_by_nvtx(con, group_by_nvtx)
-        external = _external(con, Path(baseline) if baseline is not None else None, Path(workdir) / "baseline")
+        external = _external(con, Path(baseline) if baseline is not None else None, Path(workdir) / "baseline", rule)
         if con.sql("SELECT count(*) FROM kernels WHERE kind = 'comm'").fetchall()[0][0] == 0 and \
                 con.sql("SELECT count(*) FROM memcpy WHERE is_peer").fetchall()[0][0] == 0:
             notes.append("no communication (NCCL kernels or peer copies) in the input: the results describe "
@@ -151,11 +151,13 @@ def attribute(inputs: list[str | Path] | str | Path, *, baseline: str | Path | N
             tmp.cleanup()
 
 
-def _external(con: duckdb.DuckDBPyConnection, baseline: Path | None, workdir: Path) -> External | None:
+def _external(con: duckdb.DuckDBPyConnection, baseline: Path | None, workdir: Path,
+              rule: launch.Rule = launch.DEFAULT) -> External | None:
     """Isolated durations from elsewhere for signatures the trace never ran alone: a baseline run's isolated
-    instances (``--baseline``; then every signature takes its baseline from there), else Nsight Compute's."""
+    instances (``--baseline``; then every signature takes its baseline from there, their launch contexts read by the
+    inputs' ``rule``), else Nsight Compute's."""
     if baseline is not None:
-        external, base_gpus = baseline_run(baseline, workdir)
+        external, base_gpus = baseline_run(baseline, workdir, rule=rule)
         check_baseline_gpus(baseline, base_gpus, {r[0] for r in con.sql("SELECT DISTINCT name FROM devices")
                                                    .fetchall()})
         return external

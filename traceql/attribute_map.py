@@ -123,7 +123,7 @@ def attribute_per_run(inputs: list[Path], baseline: Path | None, ncu_items: list
     all_dirs = [*dirs, *(d for d in ncu_dirs if d not in dirs)]
     external = base_gpus = None
     if baseline is not None:
-        external, base_gpus = baseline_run(baseline, workdir / "baseline", executor)
+        external, base_gpus = baseline_run(baseline, workdir / "baseline", executor, rule)
     order = sorted(units)
     calls = [(all_dirs, rid, sorted(shared), external, group_by_nvtx, focus, rule) for rid in order]
     parts: list[RunPart] = []

@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import duckdb
 import numpy as np
@@ -81,10 +81,16 @@ FACT_COLUMNS = ("run_id, device_id, nvtx, sig, step_text, step_start_ns, occurre
 @dataclass
 class External:
     """Isolated durations from elsewhere, per (GPU name, signature): (source, durations). ``replace``: they are the
-    baseline of every signature they cover (a baseline run); otherwise only of signatures never isolated here."""
+    baseline of every signature they cover (a baseline run); otherwise only of signatures never isolated here.
+    ``facts``: per key, where the source has them (a baseline run), the facts of each of those isolated instances:
+    its launch context (``text``: its innermost NVTX range's text, None outside one; ``occ``: its occurrence there,
+    -1 outside one) and its GPU metrics (each of ``ISO_MEDIANS``, NaN where not sampled). A signature whose
+    durations there are a mixture is split by the contexts as a mixture of this trace's own isolated instances would
+    be, and each pool's isolated behaviour (``*_iso``) is that of its instances there."""
 
     durations: dict[tuple[str, int], tuple[str, np.ndarray]]
     replace: bool = False
+    facts: dict[tuple[str, int], dict[str, list | np.ndarray]] = field(default_factory=dict)
 
 
 def is_mixture(iso: np.ndarray) -> bool:
@@ -152,19 +158,32 @@ def instances(con: duckdb.DuckDBPyConnection, external: External | None, gpu_nam
                                                  "ORDER BY run_id, device_id, sig, start_ns, activity_id")
                                          .to_arrow_reader(FACT_BATCH_ROWS), ("run", "dev", "sig"), text))
 
+    # a baseline run's instances' facts, their texts as this scan's codes (taken here: the workers only read them)
+    ext_facts = {key: {**facts, "text": text.codes(pa.array(facts["text"], pa.string())),
+                       **{f"has_{m}": np.isfinite(facts[m]) for m in ISO_MEDIANS}}
+                 for key, facts in (external.facts.items() if external is not None else ())}
+
     def signature(f: dict, rows: np.ndarray | None) -> tuple[dict, _Pools]:
         """The pools one signature becomes, each with its rows (group ids are given afterwards, in order); the
         signature's facts are ``f``, or its ``rows`` of them (taken here, in the worker thread)."""
         if rows is not None:
             f = _Taken(f, rows)
         run, dev, sig = text.names[_first(f, "run")], _first(f, "dev"), _first(f, "sig")
-        ext = None
+        ext = ef = None
         if external is not None and gpu_names is not None:
-            ext = external.durations.get((gpu_names.get((run, int(dev)), ""), int(sig)))
+            key = (gpu_names.get((run, int(dev)), ""), int(sig))
+            ext, ef = external.durations.get(key), ext_facts.get(key)
+        replaces = bool(external and external.replace)
+        if ext is not None and replaces and ef is not None:
+            splits = _split_by_external(f, ext, ef)
+        else:
+            splits = ((*s, ext, None) for s in _split(np.arange(len(f["ovl"])), f))
         pools = []
-        for sub, pool, split, conflated in _split(np.arange(len(f["ovl"])), f):
-            base = _baseline(pool, f, ext, bool(external and external.replace), conflated)
-            isolated = _medians(f, pool[(f["ovl"][pool] == 0) & (f["dur"][pool] > 0)], ISO_MEDIANS, "_iso")
+        for sub, pool, split, conflated, pool_ext, ext_rows in splits:
+            base = _baseline(pool, f, pool_ext, replaces, conflated)
+            # its isolated behaviour: that of the instances its baseline durations come from
+            isolated = (_medians(f, pool[(f["ovl"][pool] == 0) & (f["dur"][pool] > 0)], ISO_MEDIANS, "_iso")
+                        if ext_rows is None else _medians(ef, ext_rows, ISO_MEDIANS, "_iso"))
             nv = f["nvtx"][pool]
             pool_rows = []
             # NULL (code -1) first, then by text
@@ -468,6 +487,24 @@ def _by_context(idx: np.ndarray, iso: np.ndarray, f: dict):
         yield m, idx[assigned == m], "launch context", False
     if (assigned == -1).any():
         yield None, idx[assigned == -1], "launch context", True
+
+
+def _split_by_external(f: dict, ext: tuple[str, np.ndarray], ef: dict):
+    """(mode or None, indices, split, conflated, the pool's external durations, their rows of ``ef``) for each pool
+    a signature becomes when a baseline run replaces its isolated instances: the baseline run's isolated instances
+    are cut into modes (:func:`_split`'s rule, with their launch contexts, ``ef``'s ``text`` and ``occ``) and every
+    instance here, isolated or not, joins the mode of those that share its launch context; its pool's baseline is
+    that mode's."""
+    source, durations = ext
+    n_ext, n = len(durations), len(f["ovl"])
+    both = {"dur": np.concatenate([durations, f["dur"]]),
+            "ovl": np.r_[np.zeros(n_ext, dtype=np.int64), np.ones(n, dtype=np.int64)],
+            "text": np.r_[ef["text"], f["text"]], "occ": np.r_[ef["occ"], f["occ"]],
+            "step": np.r_[np.full(n_ext, -1, dtype=np.int64), f["step"]]}
+    for sub, members, split, conflated in _split(np.arange(n_ext + n), both):
+        own, theirs = members[members >= n_ext] - n_ext, members[members < n_ext]
+        if len(own):
+            yield sub, own, split, conflated, (source, durations[theirs]) if len(theirs) else None, theirs
 
 
 def _join_siblings(idx: np.ndarray, assigned: np.ndarray, f: dict) -> None:

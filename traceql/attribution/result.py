@@ -16,10 +16,10 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from .. import output, store
+from .. import launch, output, store
 from ..errors import BadInputError, MissingInputError, TraceqlError, UsageError
 from ..executor import Executor
-from .baselines import External
+from .baselines import ISO_MEDIANS, External
 
 # 2: every activity is a row (activity, kind), slowdowns carry intervals, significance is the interval's
 # 3: predictions with calibrated bands, memory_explanation, compute_lost_beside_comm_ms
@@ -174,18 +174,30 @@ WAITS_ORDER = SUMMARY_ORDER
 RUN_COLUMNS = "run_id, source_path, format, tool_version, gpu_names, labels_json ->> 'name' AS name"
 
 
-def baseline_run(baseline: Path, workdir: Path, executor: Executor | None = None) -> tuple[External, set[str]]:
-    """A baseline run's isolated durations per (GPU name, signature), and its GPU names."""
+def baseline_run(baseline: Path, workdir: Path, executor: Executor | None = None,
+                 rule: launch.Rule = launch.DEFAULT) -> tuple[External, set[str]]:
+    """A baseline run's isolated durations per (GPU name, signature) with each instance's facts (launch context by
+    ``rule``, the inputs' launch rule, and GPU metrics: :class:`External`), and its GPU names. A collective that
+    waited for another rank there counts its transfer, as the inputs' collectives are compared on theirs."""
     bcon = store.connect(as_store([baseline], workdir, executor))
+    order = "ORDER BY i.start_ns, i.activity_id"
     try:
+        rule.apply(bcon)
         base_gpus = {r[0] for r in bcon.sql("SELECT DISTINCT name FROM devices").fetchall()}
-        rows = bcon.sql("""SELECT d.name, i.sig, list(i.dur_ns ORDER BY i.dur_ns)
-                           FROM instance_facts i JOIN devices d USING (run_id, device_id)
-                           WHERE i.overlap_ns = 0 AND i.dur_ns > 0 GROUP BY ALL""").fetchall()
+        rows = bcon.sql(f"""SELECT d.name, i.sig, list(coalesce(w.work_ns, i.dur_ns) {order}),
+                                   list(i.step_text {order}), list(coalesce(i.occurrence, -1) {order}),
+                                   {", ".join(f"list(i.{m} {order})" for m in ISO_MEDIANS)}
+                            FROM _instance_facts i JOIN devices d USING (run_id, device_id)
+                            LEFT JOIN _collective_arrivals w ON w.run_id = i.run_id AND w.activity_id = i.activity_id
+                            WHERE i.overlap_ns = 0 AND i.dur_ns > 0 GROUP BY ALL""").fetchall()
     finally:
         bcon.close()
-    durations = {(gpu, int(sig)): ("baseline run", np.array(d, dtype=float)) for gpu, sig, d in rows}
-    return External(durations, replace=True), base_gpus
+    durations, facts = {}, {}
+    for gpu, sig, dur, texts, occ, *rates in rows:
+        durations[(gpu, int(sig))] = ("baseline run", np.array(dur, dtype=float))
+        facts[(gpu, int(sig))] = {"text": texts, "occ": np.array(occ, dtype=np.int64),
+                                  **{m: np.array(v, dtype=float) for m, v in zip(ISO_MEDIANS, rates, strict=True)}}
+    return External(durations, replace=True, facts=facts), base_gpus
 
 
 def check_baseline_gpus(baseline: Path, base_gpus: set[str], run_gpus: set[str]) -> None:
