@@ -72,15 +72,17 @@ def test_mixture_without_occurrence_is_reported_and_left_out(tmp_path):
     run = make_store(tmp_path / "s", kernels=kernels + comm + other)
     result = attribute(run)
     rows = _rows(result, name="gemm_tile")
-    # the isolated instances form their two modes; the overlapped ones share no launch context with either
+    # the isolated instances form their two modes; the overlapped ones share no launch context with either. The
+    # short ones (14 us x 1.2) cannot be the 595 us work (overlap does not make work 25% faster than alone): they
+    # join mode 0; the long ones could be either, slowed or not
     (row,) = [r for r in rows if r["conflated"]]
     assert sorted((r["mode"], r["n_overlapped"], r["n_isolated"]) for r in rows if not r["conflated"]) == \
-        [(0, 0, 8), (1, 0, 8)]
-    assert row["n_overlapped"] == 16 and row["class"] == "conflated" and row["slowdown"] is None
+        [(0, 8, 8), (1, 0, 8)]
+    (short,) = [r for r in rows if r["mode"] == 0]
+    assert short["slowdown"] == pytest.approx(0.2, abs=0.01)
+    assert row["n_overlapped"] == 8 and row["class"] == "conflated" and row["slowdown"] is None
     assert "mixture" in row["reason"]
-    assert any("conflated" in n and "16 overlapped instances" in n for n in result.notes)
-    (dev,) = [s for s in result.summary.to_pylist() if s["nvtx"] is None]
-    assert dev["compute_slowdown"] is None  # the only overlapped compute kernels are the conflated ones
+    assert any("conflated" in n and "8 overlapped instances" in n for n in result.notes)
 
 
 def test_a_baseline_runs_mixture_is_split_by_its_launch_contexts(tmp_path):
@@ -105,8 +107,10 @@ def test_a_baseline_runs_mixture_without_a_shared_context_is_conflated(tmp_path)
     run = make_store(tmp_path / "run", kernels=kernels + comm, nvtx=nvtx, runtime_api=api)
     kernels, _, _, _ = _steps(8, overlapped=set(), nvtx=False)  # no ranges there: nothing to match with
     base = make_store(tmp_path / "base", kernels=kernels, run_id="ba5e000000000001")
-    (row,) = _rows(attribute(run, baseline=base), name="gemm_tile")
-    assert row["conflated"] and row["n_overlapped"] == 16 and row["slowdown"] is None
+    rows = _rows(attribute(run, baseline=base), name="gemm_tile")
+    # only the short launches are told apart, by their duration (they cannot be the long work, 25% faster)
+    assert sorted((r["mode"] is None, r["conflated"], r["n_overlapped"]) for r in rows) == [(False, False, 8),
+                                                                                          (True, True, 8)]
 
 
 def test_every_activity_is_a_victim(tmp_path):

@@ -423,6 +423,7 @@ def _split(idx: np.ndarray, f: dict):
                 table.setdefault(key, set()).add(mode[i])
         seen[name] = table
     assigned = np.full(len(idx), -1)
+    among: list[set | None] = [None] * len(idx)  # the modes an unresolved instance's first context spans
     for pos, i in enumerate(idx.tolist()):
         if i in mode:
             assigned[pos] = mode[i]
@@ -430,9 +431,13 @@ def _split(idx: np.ndarray, f: dict):
         for name, cols in CONTEXTS:
             modes = seen[name].get(tuple(f[c][i] for c in cols))
             if modes:
-                assigned[pos] = next(iter(modes)) if len(modes) == 1 else -1
+                if len(modes) == 1:
+                    assigned[pos] = next(iter(modes))
+                else:
+                    among[pos] = modes
                 break
     _join_siblings(idx, assigned, f)
+    _by_duration(idx, assigned, among, dur, dur[iso], labels)
     for m in sorted(set(assigned.tolist()) - {-1}):
         yield m, idx[assigned == m], "duration mode", False
     if (assigned == -1).any():
@@ -487,6 +492,20 @@ def _by_context(idx: np.ndarray, iso: np.ndarray, f: dict):
         yield m, idx[assigned == m], "launch context", False
     if (assigned == -1).any():
         yield None, idx[assigned == -1], "launch context", True
+
+
+def _by_duration(idx: np.ndarray, assigned: np.ndarray, among: list, dur: np.ndarray, iso_dur: np.ndarray,
+                 labels: np.ndarray) -> None:
+    """Last of all, for instances still unresolved: work does not run much faster beside other work than alone, so
+    a mode whose isolated median is more than MODE_RATIO times the instance's duration cannot be its work. Where one
+    of the modes its first context spans (every mode, without a context) remains, the instance joins it; a longer
+    instance that more than one mode could be stays unresolved."""
+    medians = {m: float(np.median(iso_dur[labels == m])) for m in set(labels.tolist()) if m >= 0}
+    for pos in np.flatnonzero(assigned == -1).tolist():
+        fit = [m for m in (among[pos] if among[pos] is not None else medians)
+               if medians[m] <= dur[idx[pos]] * MODE_RATIO]
+        if len(fit) == 1:
+            assigned[pos] = fit[0]
 
 
 def _split_by_external(f: dict, ext: tuple[str, np.ndarray], ef: dict):
