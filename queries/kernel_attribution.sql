@@ -78,7 +78,8 @@
 --   link_hi              DOUBLE   link prediction interval, high
 --   class                VARCHAR  sm, dram_bw, cache, clock, link, mixed, unexplained, none, conflated
 --   reason               VARCHAR  why the class is none/unexplained, a present cause's error when it misses its band,
---                                 or why a number is missing
+--                                 or why a number is missing; unexplained loss beyond what the overlapped time can
+--                                 account for (f/(1-f)) says so
 --   predicted_band       DOUBLE   the prediction's error band: root sum of squares of its present factors' calibrated
 --                                 bands (predicted_lo/hi = predicted -/+ it)
 --   memory_explanation   VARCHAR  dram_bw or cache: the explanation of a busy DRAM taken (NULL: neither present)
@@ -246,7 +247,13 @@ SELECT run_id, device_id, nvtx, group_id, activity, kind, name, short_name, grid
                              WHEN dram_busy < 1 AND dram_busy IS NOT NULL
                              THEN printf(' (device DRAM at %.0f%% of saturation during the overlap)', 100 * dram_busy)
                              ELSE '' END)
-       END AS reason,
+       END
+       -- an exact bound, no model: loss from overlap is at most the overlapped time, t1 - t0 <= f t1
+       || CASE WHEN class_ = 'unexplained' AND f < 1 AND coalesce(slowdown_lo, s) > f / (1 - f)
+               THEN printf('; it overlapped other work for %.1f%% of its time, so the overlap can account for at most '
+                           || '%+.1f%%: the rest of the loss comes from elsewhere (another clock, other data, '
+                           || 'run-to-run variation)', 100 * f, 100 * f / (1 - f))
+               ELSE '' END AS reason,
        band AS predicted_band, memory AS memory_explanation,
        dram_pct_iso, dram_pct_ovl, gpc_clock_mhz_iso, gpc_clock_mhz_ovl, sm_active_pct_iso, sm_active_pct_ovl,
        nvlink_pct_ovl, pcie_pct_ovl, co_dram_pct, dram_sat_pct, dram_busy, memory_bound, extra_bytes_frac, footprint,

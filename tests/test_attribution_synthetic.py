@@ -491,6 +491,22 @@ def test_beyond_every_isolated_instance_is_significant(tmp_path):
     assert n["significant"] is True
 
 
+def test_loss_beyond_the_overlapped_time_says_so(tmp_path):
+    """A kernel 20% slower that overlapped a copy for 24 of its 1200 ns: whatever the copy did, it can account for at
+    most 24 ns (f/(1-f) = 2.0%); the reason says the rest comes from elsewhere."""
+    kernels = _isolated("k", (0, 2000, 4000), 1000) + [dict(name="k", start_ns=10_000, end_ns=11_200)]
+    a = _by_name(_attr(tmp_path, kernels=kernels, memcpy=[dict(start_ns=11_176, end_ns=12_000)]))["k"]
+    assert a["overlap_fraction"] == approx(24 / 1200) and a["slowdown"] == approx(0.2) and a["significant"]
+    assert a["class"] == "unexplained" and a["reason"].startswith("no factor is present")
+    assert a["reason"].endswith("; it overlapped other work for 2.0% of its time, so the overlap can account for at "
+                                "most +2.0%: the rest of the loss comes from elsewhere (another clock, other data, "
+                                "run-to-run variation)")
+    # overlapped for most of its time, the same loss could all be the overlap's: no such sentence
+    kernels[-1] = dict(name="k", start_ns=10_000, end_ns=11_200)
+    b = _by_name(_attr(tmp_path, "wide", kernels=kernels, memcpy=[dict(start_ns=10_100, end_ns=12_000)]))["k"]
+    assert b["class"] == "unexplained" and "overlapped other work" not in b["reason"]
+
+
 def test_never_overlapped_is_none(tmp_path):
     kernels = _isolated("alone", (0, 2000), 1000) + [dict(kind="comm", start_ns=5000, end_ns=6000)]
     a = _by_name(_attr(tmp_path, kernels=kernels))["alone"]
