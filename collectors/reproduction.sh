@@ -15,7 +15,7 @@
 #   train_ddp_straggler  train_ddp overlapped, 6 steps, rank GPUS-2 slowed in steps 1 and 3 by a co-runner holding
 #                      60% of its SMs for 300 ms (a known slow rank; not in the default steps)
 # Usage: collectors/reproduction.sh [STEP...]   steps: overlap ddp fsdp2 pp pairs (= repeat ctas2) (default: all of them)
-# REPRO_SCALE=smoke runs every step small (a check of the scripts, about 2-3 minutes).
+# MODEL_SHAPE: below. REPRO_SCALE=smoke runs every step small (a check of the scripts, about 2-3 minutes).
 # Results under $OUT (default ./out): the run store without the reports and GPU metrics (store_*.tar.xz), each run's nsys
 # SQLite export (xz) with its NVML samples and labels (exports_*.tar, at most 15 MiB each), and the log.
 # Clocks, power limits and other GPU settings are left as they are.
@@ -33,6 +33,12 @@ else
            --max-ctas default,2,8 --iters "${ITERS:-12}" --min-case-ms "${MIN_CASE_MS:-0}" --warmup 2)
   # 5.8 B parameters: DDP holds about 80 GB of an H200's 141 (parameters, gradients, buckets, AdamW, activations)
   MODEL=(--layers 12 --dim 6144 --heads 48 --seq 1024 --batch 8 --steps "${STEPS_PER_MODE:-3}" --warmup 2)
+fi
+# MODEL_SHAPE replaces the model's shape (e.g. "--layers 16 --dim 4096 --heads 32 --seq 2048 --batch 4"): the same
+# programs with other kernels, for checks on traces unlike the committed ones
+if [ -n "${MODEL_SHAPE:-}" ]; then
+  read -r -a SHAPE <<<"$MODEL_SHAPE"
+  MODEL=("${SHAPE[@]}" --steps "${STEPS_PER_MODE:-3}" --warmup 2)
 fi
 python3 -m pip install -q --no-deps --no-build-isolation --no-compile --target /tmp/tq . 2>&1 | tail -3
 export PYTHONPATH="/tmp/tq${PYTHONPATH:+:$PYTHONPATH}"
