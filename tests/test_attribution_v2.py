@@ -83,6 +83,8 @@ def test_mixture_without_occurrence_is_reported_and_left_out(tmp_path):
     assert row["n_overlapped"] == 8 and row["class"] == "conflated" and row["slowdown"] is None
     assert "mixture" in row["reason"]
     assert any("conflated" in n and "8 overlapped instances" in n for n in result.notes)
+    (dev,) = [s for s in result.summary.to_pylist() if s["nvtx"] is None]
+    assert dev["compute_slowdown"] == pytest.approx(0.2, abs=0.01)  # the short launches only: the rest is left out
 
 
 def test_a_baseline_runs_mixture_is_split_by_its_launch_contexts(tmp_path):
