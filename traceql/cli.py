@@ -507,6 +507,40 @@ def paper_cmd(
         raise typer.Exit(EXIT_BAD_INPUT)
 
 
+@app.command("advise")
+def advise_cmd(
+    inputs: Annotated[list[Path], typer.Argument(help="Run directories (or traces, ingested first) whose NVTX ranges "
+                                                      "mark the overlap experiment's modes (docs/paper.md).",
+                                                 show_default=False)],
+    ctas: Annotated[str, typer.Option(help="NCCL_MAX_CTAS values to predict, comma-separated.")] = "1,2,4,8,16,32",
+    fmt: Format = TableFormat.table,
+    output: Annotated[Path | None, typer.Option("-o", "--output", help="Write here instead of stdout.")] = None,
+) -> None:
+    """Which schedule of each GEMM-and-collective region (overlapped as traced, sequential, or overlapped with NCCL
+    limited to k CTAs): each one's predicted iteration time with its calibrated band, and the recommended one
+    (docs/advise.md)."""
+    from .advise import advise as do_advise
+    from .advise import render
+    from .output import check_target, refuse_overwrite
+
+    try:
+        ks = [int(k) for k in ctas.split(",") if k.strip()]
+    except ValueError:
+        raise TraceqlErrorUsage(f"--ctas {ctas!r}: give whole numbers, comma-separated") from None
+    refuse_overwrite([output], inputs)
+    if output is not None:
+        check_target(output)
+    result = stopping.run(lambda: do_advise(inputs, ctas=ks), "nothing was written")
+    text = render(result, fmt)
+    if output is None:
+        sys.stdout.write(text)
+    else:
+        from .paper import write_text
+
+        write_text(output, text)
+        typer.echo(str(output))
+
+
 def _stderr_console():
     from rich.console import Console
 

@@ -1,0 +1,247 @@
+"""Calibrate ``traceql advise`` on one overlap sweep and evaluate it on others; write docs/advise.md.
+
+- **calibration**: `tests/data/h200x2/overlap.sqlite.xz` (2 x H200: 3 collectives x 5 data types x 16 and 128 MiB,
+  a GEMM of 8192, at NCCL_MAX_CTAS default, 2 and 8). `--calibrate` fits `traceql/_advise_calibration.py` on it alone:
+  alpha per collective (the communication time with k CTAs, M_d (k_d / k)^alpha: the median over its configurations
+  measured at 2 and 8) and the band of each kind of prediction (the 90% quantile of |predicted - measured| /
+  measured).
+- **evaluation**: every other sweep under the folders named in EVALUATION: predict from each configuration traced at
+  the default CTAs, compare with what the same run measured for the other schedules.
+
+A region is right when the measured time of the recommended schedule is within 2% of the measured best of the
+schedules measured (the target: >= 85% of regions). Errors: |predicted - measured| / measured of every schedule other
+than the traced one.
+
+    python benchmarks/validate_advise.py [--calibrate] [--write docs/advise.md]
+
+Exit status 1 when an evaluation sweep misses the target.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+CALIBRATION = ROOT / "tests/data/h200x2/overlap.sqlite.xz"
+EVALUATION = [ROOT / "tests/data/h200x4/overlap.sqlite.xz", *sorted((ROOT / "tests/data/advise").glob("*.sqlite.xz"))]
+CALIBRATION_PY = ROOT / "traceql/_advise_calibration.py"
+QUANTILE = 0.9
+MARGIN = 0.02
+TARGET = 0.85
+
+
+def sweep(path: Path, workdir: Path):
+    """The regions of a sweep and every configuration's measured times, keyed (op, dtype, bytes, config, ctas)."""
+    from traceql import advise, store
+    from traceql.attribute import as_store, input_paths
+    from traceql.paper import paper
+
+    dirs = as_store(input_paths([path]), workdir)
+    result = paper(dirs)
+    con = store.connect(dirs, views=False)
+    try:
+        sms = dict(con.sql("SELECT run_id, max(sm_count) FROM devices GROUP BY run_id").fetchall())
+    finally:
+        con.close()
+    configs = {(c["op"], c["dtype"], c["bytes"], c["config"], c["max_ctas"]): c for c in result.configs.to_pylist()
+               if c["workload"] != "mode"}
+    return advise.regions(result.configs, sms), configs
+
+
+def measured(configs: dict, key: tuple, schedule: str, k) -> float | None:
+    """What the sweep measured for a schedule of the region ``key`` (its configuration traced at the default)."""
+    c = configs.get((*key, "default" if k is None else str(k)))
+    if c is None:
+        return None
+    v = c["sequential_iter_ns"] if schedule == "sequential" else c["overlapped_iter_ns"]
+    return None if v is None or math.isnan(v) else v
+
+
+def _key(r) -> tuple:
+    return (r.key["op"], r.key["dtype"], r.key["bytes"], r.key["config"])
+
+
+def measured_ks(configs: dict) -> list[int]:
+    return sorted({int(k[-1]) for k in configs if k[-1].isdigit()})
+
+
+def fit(regions, configs) -> tuple[dict, dict]:
+    """alpha per collective: the median of log(M_k / M_d) / log(k_d / k) over the configurations measured at k."""
+    per_op: dict[str, list[float]] = {}
+    for r in regions:
+        if r.key["traced_ctas"] != "default":
+            continue
+        for k in measured_ks(configs):
+            c = configs.get((*_key(r), str(k)))
+            if c is None or not c["comm_sms"] or c["comm_sms"] >= r.comm_sms:
+                continue
+            per_op.setdefault(r.key["op"], []).append(
+                math.log(c["comm_iter_ns"] / r.comm_ns) / math.log(r.comm_sms / c["comm_sms"]))
+    alpha = {op: float(np.median(v)) for op, v in sorted(per_op.items())}
+    alpha["*"] = float(np.median([a for v in per_op.values() for a in v]))
+    return alpha, {}
+
+
+def judge(regions, configs, constants) -> list[dict]:
+    """Per region traced at the default CTAs: every schedule measured, predicted and measured, and the verdict."""
+    from traceql.advise import advise_regions
+
+    ks = measured_ks(configs)
+    out = []
+    for r in regions:
+        if r.key["traced_ctas"] != "default":
+            continue
+        table = advise_regions([r], ks, constants).to_pylist()
+        rows = []
+        for p in table:
+            m = measured(configs, _key(r), p["schedule"], p["max_ctas"])
+            if m is not None:
+                rows.append(p | {"measured_ns": m})
+        if not rows:
+            continue
+        best = min(x["measured_ns"] for x in rows)
+        rec = [x for x in rows if x["recommended"]]
+        rec = rec[0] if rec else rows[0]
+        out.append(dict(region=r, rows=rows, best=best, recommended=rec,
+                        right=rec["measured_ns"] <= (1 + MARGIN) * best,
+                        traced_right=rows[0]["measured_ns"] <= (1 + MARGIN) * best))
+    return out
+
+
+def errors(judged: list[dict]) -> dict[str, list[float]]:
+    err: dict[str, list[float]] = {}
+    for j in judged:
+        for x in j["rows"]:
+            if x["schedule"] == "traced":
+                continue
+            kind = "sequential" if x["schedule"] == "sequential" else "overlapped"
+            err.setdefault(kind, []).append(abs(x["predicted_ns"] - x["measured_ns"]) / x["measured_ns"])
+    return err
+
+
+def write_calibration(alpha: dict, bands: dict, medians: dict, source: str) -> None:
+    CALIBRATION_PY.write_text(
+        '"""Constants of traceql.advise, written by ``python benchmarks/validate_advise.py --calibrate``: do not edit '
+        'by\nhand."""\n\n'
+        f"SOURCE = {source!r}\n"
+        "ALPHA = {" + ", ".join(f"{k!r}: {round(v, 4)}" for k, v in alpha.items()) + "}\n"
+        "BANDS = {" + ", ".join(f"{k!r}: {round(v, 4)}" for k, v in bands.items()) + "}\n"
+        "MEDIAN_ERRORS = {" + ", ".join(f"{k!r}: {round(v, 4)}" for k, v in medians.items()) + "}\n")
+
+
+def _pct(v: float) -> str:
+    return f"{100 * v:.1f}%"
+
+
+def summary(name: str, judged: list[dict]) -> list[str]:
+    err = errors(judged)
+    n = len(judged)
+    right = sum(j["right"] for j in judged)
+    traced = sum(j["traced_right"] for j in judged)
+    line = (f"| {name} | {n} | {right} ({_pct(right / n) if n else '-'}) | {traced} ({_pct(traced / n) if n else '-'})"
+            " | " + " | ".join(f"{_pct(float(np.median(err[k])))}, {_pct(float(np.quantile(err[k], QUANTILE)))}"
+                               if err.get(k) else "-" for k in ("sequential", "overlapped")) + " |")
+    return [line]
+
+
+def _ms(v) -> str:
+    return "-" if v is None else f"{v / 1e6:.3f}"
+
+
+def rows_table(name: str, judged: list[dict]) -> list[str]:
+    out = []
+    for j in judged:
+        r = j["region"]
+        cells = []
+        for x in j["rows"]:
+            label = "traced" if x["schedule"] == "traced" else (
+                "sequential" if x["schedule"] == "sequential" else f"ctas={x['max_ctas']}")
+            mark = "**" if x["recommended"] else ""
+            cells.append(f"{mark}{label}{mark} {_ms(x['predicted_ns'])} / {_ms(x['measured_ns'])}")
+        out.append(f"| {name} | {r.key['op']} {r.key['dtype']} {r.key['bytes'] >> 20} MiB | {r.comm_sms:.0f} | "
+                   + "; ".join(cells) + f" | {'yes' if j['right'] else '**no**'} |")
+    return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--calibrate", action="store_true", help="fit traceql/_advise_calibration.py on the calibration "
+                                                             "sweep first (never on an evaluation sweep)")
+    p.add_argument("--write", type=Path, help="write the generated markdown here")
+    args = p.parse_args(argv)
+    from traceql.advise import calibration
+
+    with tempfile.TemporaryDirectory() as tmp:
+        cal_regions, cal_configs = sweep(CALIBRATION, Path(tmp) / "cal")
+        if args.calibrate:
+            alpha, _ = fit(cal_regions, cal_configs)
+            err = errors(judge(cal_regions, cal_configs, (alpha, {"*": 0.0}, {"*": 0.0})))
+            bands = {k: float(np.quantile(v, QUANTILE)) for k, v in err.items()}
+            medians = {k: float(np.median(v)) for k, v in err.items()}
+            write_calibration(alpha, bands, medians, str(CALIBRATION.relative_to(ROOT)))
+        *constants, source = calibration()
+        sets = {"calibration: " + str(CALIBRATION.relative_to(ROOT).parent):
+                judge(cal_regions, cal_configs, constants)}
+        for i, path in enumerate(EVALUATION):
+            regions, configs = sweep(path, Path(tmp) / f"eval{i}")
+            sets[f"evaluation: {path.relative_to(ROOT).parent}/{path.name.split('.')[0]}"] = judge(
+                regions, configs, constants)
+    missed = [name for name, j in sets.items() if name.startswith("evaluation")
+              and sum(x["right"] for x in j) < TARGET * len(j)]
+    text = "\n".join([
+        "# `traceql advise`: validation (generated by `python benchmarks/validate_advise.py --write docs/advise.md`)",
+        "",
+        f"Calibration: `{source}` alone. Each region is one configuration traced at the default NCCL_MAX_CTAS; "
+        "`traceql advise` predicts the other schedules from it, and the sweep measured them. Right: the recommended "
+        f"schedule's measured time is within {_pct(MARGIN)} of the measured best. The traced schedule alone (never "
+        "changing anything) is shown beside it. The 4-GPU sweep is not a blind test: its communication times per CTA "
+        "count were looked at while the model's form was chosen (a ratio to the traced time, which carries from 2 to "
+        "4 ranks, rather than a bandwidth per CTA, which does not); sweeps under `tests/data/advise/` are collected "
+        "after the model was committed.",
+        "",
+        "The model (`traceql/advise.py`): the traced overlapped iteration, plus the change predicted from it. "
+        "Sequential exposes the communication that compute hid and removes both sides' slowdowns; with k CTAs the "
+        "collective alone takes M_d (k_d / k)^alpha (alpha per collective, calibrated), compute hides the same share "
+        "of the added time as it hid of the traced collective (at most the compute that ran uncovered), and the "
+        "covered compute loses k SMs instead of k_d (S / (S - k) - 1, the rest of its measured slowdown kept). What "
+        "the data shows: most regions' schedules differ by less than the noise between modes (the SM clock moved by "
+        "up to 10% between a configuration's modes), and the schedules with fewer CTAs are slower wherever compute "
+        "cannot hide the longer collective; the model does not yet beat keeping the traced schedule.",
+        "",
+        "| sweep | regions | recommendation right | keeping the traced schedule right | sequential: median, 90% error "
+        "| overlapped at k CTAs: median, 90% error |",
+        "|---|---|---|---|---|---|",
+        *[line for name, j in sets.items() for line in summary(name, j)],
+        "",
+        f"Target (>= {_pct(TARGET)} of regions right on every evaluation sweep): "
+        + ("met." if not missed else "**missed** on " + ", ".join(missed) + "."),
+        "",
+        "## Calibrated constants",
+        "",
+        "```python",
+        CALIBRATION_PY.read_text().split('"""\n', 2)[-1].strip(),
+        "```",
+        "",
+        "## Regions",
+        "",
+        "Predicted / measured iteration time (ms) of each schedule measured; the recommended one in bold.",
+        "",
+        "| sweep | region | CTAs traced | schedules | right |",
+        "|---|---|---|---|---|",
+        *[line for name, j in sets.items() for line in rows_table(name.split(": ")[1], j)],
+        ""])
+    if args.write:
+        args.write.write_text(text)
+    print(text)
+    return 1 if missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
