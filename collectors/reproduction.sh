@@ -14,6 +14,9 @@
 #   train_ddp_ctas2    train_ddp's command with NCCL_MAX_CTAS=2 (one setting changed)
 #   train_ddp_straggler  train_ddp overlapped, 6 steps, rank GPUS-2 slowed in steps 1 and 3 by a co-runner holding
 #                      60% of its SMs for 300 ms (a known slow rank; not in the default steps)
+#   train_ddp_ctasN, train_fsdp2_ctasN (steps ddp_ctasN, fsdp2_ctasN)
+#                      train_ddp's / train_fsdp2's command with NCCL_MAX_CTAS=N
+#   overlap_gemmN      the microbenchmark with a GEMM of N (OVERLAP_ARGS: its other arguments, in place of overlap's)
 # Usage: collectors/reproduction.sh [STEP...]   steps: overlap ddp fsdp2 pp pairs (= repeat ctas2) (default: all of them)
 # MODEL_SHAPE: below. REPRO_SCALE=smoke runs every step small (a check of the scripts, about 2-3 minutes).
 # Results under $OUT (default ./out): the run store without the reports and GPU metrics (store_*.tar.xz), each run's nsys
@@ -34,6 +37,7 @@ else
   # 5.8 B parameters: DDP holds about 80 GB of an H200's 141 (parameters, gradients, buckets, AdamW, activations)
   MODEL=(--layers 12 --dim 6144 --heads 48 --seq 1024 --batch 8 --steps "${STEPS_PER_MODE:-3}" --warmup 2)
 fi
+if [ -n "${OVERLAP_ARGS:-}" ]; then read -r -a OVERLAP <<<"$OVERLAP_ARGS"; fi
 # MODEL_SHAPE replaces the model's shape (e.g. "--layers 16 --dim 4096 --heads 32 --seq 2048 --batch 4"): the same
 # programs with other kernels, for checks on traces unlike the committed ones
 if [ -n "${MODEL_SHAPE:-}" ]; then
@@ -77,6 +81,10 @@ run_step() {
     pairs) run_step repeat; run_step ctas2 ;;
     repeat) collect train_ddp_repeat 120 "$HZ" "${TRAIN[@]}" --parallel ddp ;;
     ctas2) NCCL_MAX_CTAS=2 collect train_ddp_ctas2 120 "$HZ" "${TRAIN[@]}" --parallel ddp ;;
+    ddp_ctas[0-9]*) NCCL_MAX_CTAS=${1#ddp_ctas} collect "train_$1" 120 "$HZ" "${TRAIN[@]}" --parallel ddp ;;
+    fsdp2_ctas[0-9]*) NCCL_MAX_CTAS=${1#fsdp2_ctas} collect "train_$1" 120 "$HZ" "${TRAIN[@]}" --parallel fsdp2 ;;
+    overlap_gemm[0-9]*) collect "$1" 240 "$HZ" torchrun --nproc-per-node "$GPUS" -m traceql.collectors.overlap \
+                          --profile-range "${OVERLAP[@]}" --gemm "${1#overlap_gemm}" ;;
     straggler) collect train_ddp_straggler 150 "$HZ" "${TRAIN[@]}" --parallel ddp --modes overlapped --steps 6 \
                  --slow-rank $((GPUS - 2)) --slow-steps 1,3 --slow-sm-share 0.6 --slow-ms 300 ;;
     *) echo "unknown step $1"; return 2 ;;
