@@ -269,9 +269,20 @@ class _Run:
 
     def rows(self, run_id: str) -> list[dict]:
         out: dict[tuple, dict] = {}
+        for code, steps in self.steps():
+            reached = self.replay([m for _, m in steps])
+            for (dev, members), r in zip(steps, reached, strict=True):
+                step = self.step(dev, members)
+                step["reached"], step["wait"] = r[:-1], r[-1]
+                for key in ((dev, self.texts[code]), (dev, None)):
+                    _add(out.setdefault(key, _empty(run_id, *key)), step)
+        return [_finish(r) for r in out.values()]
+
+    def steps(self) -> list[tuple[int, list[tuple[int, np.ndarray]]]]:
+        """The steps: per NVTX group (its text's code) and instance, (device, its activities) on every device that
+        ran it (the k-th instance of the group's text on each), in order."""
         if not (self.code >= 0).any():
             return []
-        # the steps: the NVTX groups' range instances, per device
         named = np.flatnonzero(self.code >= 0)
         order = named[np.lexsort((named, self.nvtx_start[named], self.code[named], self.dev[named]))]
         keys = np.stack([self.dev[order], self.code[order], self.nvtx_start[order]])
@@ -285,14 +296,7 @@ class _Run:
             dev, code = int(self.dev[members[0]]), int(self.code[members[0]])
             k = seen[(dev, code)] = seen.get((dev, code), -1) + 1
             together.setdefault((code, k), []).append((dev, members))
-        for (code, _), steps in sorted(together.items()):
-            reached = self.replay([m for _, m in steps])
-            for (dev, members), r in zip(steps, reached, strict=True):
-                step = self.step(dev, members)
-                step["reached"], step["wait"] = r[:-1], r[-1]
-                for key in ((dev, self.texts[code]), (dev, None)):
-                    _add(out.setdefault(key, _empty(run_id, *key)), step)
-        return [_finish(r) for r in out.values()]
+        return [(code, steps) for (code, _), steps in sorted(together.items())]
 
     def step(self, dev: int, members: np.ndarray) -> dict:
         """The critical path of one step: the activities ``members`` of device ``dev``."""
@@ -340,13 +344,15 @@ class _Run:
                 break
         return dict(steps=1, span=int(E[x] - t0), times=times, other=other, lost=self.loss[members].sum(axis=0))
 
-    def replay(self, steps: list[np.ndarray]) -> list[np.ndarray]:
+    def replay(self, steps: list[np.ndarray], loss: np.ndarray | None = None, clip: bool = True) -> list[np.ndarray]:
         """How much earlier each of ``steps`` (one step's activities on each device that ran it) would end with each
         loss vector's losses of its own activities (its NVTX group's, on every device) removed, and without waits for
         other ranks: the activities running in the steps' window replayed with the same gaps, each start the latest
         of its launch (the host's time, or, after a call that waited for GPU work, that work's end moved as it
         moves), the end before it on its stream and the event records its stream waited for, a collective's end the
-        latest arrival among its ranks plus its transfer. What ran before the window stays where it ran."""
+        latest arrival among its ranks plus its transfer. What ran before the window stays where it ran.
+        ``loss``: other loss vectors (ns per activity and column, negative for a longer duration) in place of the
+        attribution's; ``clip``: a step that would end later counts no gain (else a negative one)."""
         n = self.n
         t0 = min(int(self.S[m].min()) for m in steps)
         t1 = max(int(self.E[m].max()) for m in steps)
@@ -357,7 +363,7 @@ class _Run:
         loc = np.full(n, -1, dtype=np.int64)
         loc[W] = np.arange(m)
         own = (self.code[W] == self.code[steps[0][0]])
-        losses = np.rint(self.loss[W] * own[:, None]).astype(np.int64)
+        losses = np.rint((self.loss if loss is None else loss)[W] * own[:, None]).astype(np.int64)
         # the columns replayed: as it ran, without each loss vector that has a loss here, without waits for ranks
         some = np.flatnonzero(losses.any(axis=0))
         K = len(some) + 2
@@ -421,8 +427,10 @@ class _Run:
         for members in steps:
             mine = loc[members]
             span = E1[mine].max(axis=0) - S1[mine].min(axis=0)
-            gain = np.clip((span[0] - span[1:]).astype(np.float64), 0, None)
-            out = np.zeros(len(LOSSES) + 1)  # each loss vector's (none where it had no loss), then the waits'
+            gain = (span[0] - span[1:]).astype(np.float64)
+            if clip:
+                gain = np.clip(gain, 0, None)
+            out = np.zeros(losses.shape[1] + 1)  # each loss vector's (none where it had no loss), then the waits'
             out[some] = gain[:-1]
             out[-1] = gain[-1]
             result.append(out)
