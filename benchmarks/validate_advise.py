@@ -30,7 +30,15 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 CALIBRATION = ROOT / "tests/data/h200x2/overlap.sqlite.xz"
-EVALUATION = [ROOT / "tests/data/h200x4/overlap.sqlite.xz", *sorted((ROOT / "tests/data/advise").glob("*.sqlite.xz"))]
+EVALUATION = [ROOT / "tests/data/h200x4/overlap.sqlite.xz",
+              *sorted((ROOT / "tests/data/advise").glob("overlap*.sqlite.xz"))]
+# training runs: (set, the run traced at the default CTAs, {k: the same program run with NCCL_MAX_CTAS=k})
+H2, HELD = ROOT / "tests/data/h200x2", ROOT / "tests/data/advise"
+TRAINING = [("seen", H2 / "train_ddp.sqlite.xz", {2: H2 / "train_ddp_ctas2.sqlite.xz"}),
+            ("held out", HELD / "train_ddp.sqlite.xz", {k: HELD / f"train_ddp_ctas{k}.sqlite.xz" for k in (4, 8, 16)}),
+            ("held out", HELD / "train_fsdp2.sqlite.xz", {8: HELD / "train_fsdp2_ctas8.sqlite.xz"})]
+STEP_GROUPS = "case:train*"
+STEP_ERROR = 0.10
 CALIBRATION_PY = ROOT / "traceql/_advise_calibration.py"
 QUANTILE = 0.9
 MARGIN = 0.02
@@ -170,6 +178,81 @@ def rows_table(name: str, judged: list[dict]) -> list[str]:
     return out
 
 
+def _steps(path: Path, ks: list[int], workdir: Path, constants) -> list[dict]:
+    import duckdb
+
+    from traceql.advise_steps import step_predictions
+    from traceql.attribute import attribute
+
+    con = duckdb.connect()
+    try:
+        attribute(path, group_by_nvtx=STEP_GROUPS, con=con, workdir=workdir)
+        return step_predictions(con, ks, constants).to_pylist()
+    finally:
+        con.close()
+
+
+def _mode(nvtx: str) -> str:
+    return next((p.split("=", 1)[1] for p in nvtx.split(";") if p.startswith("mode=")), nvtx)
+
+
+def training(workdir: Path, constants) -> list[dict]:
+    """Per training pair, device and mode with communication: the mean step time predicted from the default run
+    for each k, what the run at k measured, and whether the recommended setting was the measured best."""
+    out = []
+    for i, (label, base, others) in enumerate(TRAINING):
+        if not base.exists() or not all(p.exists() for p in others.values()):
+            continue
+        ks = sorted(others)
+        pred = _steps(base, ks, workdir / f"t{i}", constants)
+        meas = {k: _steps(p, [], workdir / f"t{i}_{k}", constants) for k, p in others.items()}
+        keys = sorted({(r["device_id"], _mode(r["nvtx"])) for r in pred})
+        for dev, mode in keys:
+            mine = [r for r in pred if (r["device_id"], _mode(r["nvtx"])) == (dev, mode)]
+            if all(r["schedule"] == "traced" for r in mine):
+                continue  # no communication in these steps: nothing changes
+            traced = float(np.mean([r["step_ms"] for r in mine if r["schedule"] == "traced"]))
+            row = dict(set=label, run=base.name.split(".")[0], device=dev, mode=mode, traced=traced, ks={})
+            for k in ks:
+                p = [r["predicted_ms"] for r in mine if r["max_ctas"] == k]
+                m = [r["step_ms"] for r in meas[k] if (r["device_id"], _mode(r["nvtx"])) == (dev, mode)]
+                if p and m:
+                    row["ks"][k] = (float(np.mean(p)), float(np.mean(m)))
+            # the recommended setting: the shortest mean predicted among the traced and the measured ks, where its
+            # gain is beyond the median error
+            margin = constants[2].get("overlapped", 0.0)
+            best_k, best_t = None, traced
+            for k, (p, _) in row["ks"].items():
+                if traced - p > margin * p and p < best_t:
+                    best_k, best_t = k, p
+            measured = {None: traced} | {k: m for k, (_, m) in row["ks"].items()}
+            row["recommended"] = best_k
+            row["right"] = measured[best_k] <= (1 + MARGIN) * min(measured.values())
+            out.append(row)
+    return out
+
+
+def training_lines(rows: list[dict]) -> list[str]:
+    lines = ["| set | run | device | mode | traced (ms per step) | NCCL_MAX_CTAS: predicted / measured (error) | "
+             "recommended | right |", "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        cells = "; ".join(f"{k}: {p:.1f} / {m:.1f} ({100 * (p - m) / m:+.1f}%)"
+                          for k, (p, m) in sorted(r["ks"].items()))
+        rec = "traced" if r["recommended"] is None else f"ctas={r['recommended']}"
+        lines.append(f"| {r['set']} | {r['run']} | {r['device']} | {r['mode']} | {r['traced']:.1f} | {cells} | {rec} "
+                     f"| {'yes' if r['right'] else '**no**'} |")
+    for label in ("seen", "held out"):
+        mine = [r for r in rows if r["set"] == label]
+        errs = [abs(p - m) / m for r in mine for p, m in r["ks"].values()]
+        if errs:
+            within = sum(e <= STEP_ERROR for e in errs)
+            lines.append("")
+            lines.append(f"{label}: {within} of {len(errs)} predicted step times within {_pct(STEP_ERROR)} of the "
+                         f"measured (median error {_pct(float(np.median(errs)))}); recommendation right on "
+                         f"{sum(r['right'] for r in mine)} of {len(mine)}.")
+    return lines
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--calibrate", action="store_true", help="fit traceql/_advise_calibration.py on the calibration "
@@ -193,6 +276,7 @@ def main(argv=None) -> int:
             regions, configs = sweep(path, Path(tmp) / f"eval{i}")
             sets[f"evaluation: {path.relative_to(ROOT).parent}/{path.name.split('.')[0]}"] = judge(
                 regions, configs, constants)
+        steps = training(Path(tmp) / "train", constants)
     missed = [name for name, j in sets.items() if name.startswith("evaluation")
               and sum(x["right"] for x in j) < TARGET * len(j)]
     text = "\n".join([
@@ -222,6 +306,17 @@ def main(argv=None) -> int:
         "",
         f"Target (>= {_pct(TARGET)} of regions right on every evaluation sweep): "
         + ("met." if not missed else "**missed** on " + ", ".join(missed) + "."),
+        "",
+        "## Training steps",
+        "",
+        "Each step of a training run traced at the default CTAs (`--group-by-nvtx 'case:train*'`) is replayed with "
+        "its collectives' transfers and its overlapped compute changed to what k CTAs would give "
+        "(`traceql/advise_steps.py`); the same program run with NCCL_MAX_CTAS=k measured it. Per device and mode "
+        "(overlapped: buckets' all-reduces beside the backward pass; sequential: after it), the mean over its steps. "
+        "`seen`: the run pair looked at while the step model was written; `held out`: `tests/data/advise` "
+        "(another model shape, expectations in its README written before collection).",
+        "",
+        *training_lines(steps),
         "",
         "## Calibrated constants",
         "",
