@@ -4,9 +4,10 @@
   a GEMM of 8192, at NCCL_MAX_CTAS default, 2 and 8). `--calibrate` fits `traceql/_advise_calibration.py` on it alone:
   alpha per collective (the communication time with k CTAs, M_d (k_d / k)^alpha: the median over its configurations
   measured at 2 and 8) and the band of each kind of prediction (the 90% quantile of |predicted - measured| /
-  measured).
+  measured); the training steps' band on the seen pair `tests/data/h200x2/train_ddp` and `train_ddp_ctas2`.
 - **evaluation**: every other sweep under the folders named in EVALUATION: predict from each configuration traced at
-  the default CTAs, compare with what the same run measured for the other schedules.
+  the default CTAs, compare with what the same run measured for the other schedules; and the held-out training runs
+  of `tests/data/advise` (TRAINING): predict each step from the run at the default, compare with the runs at k.
 
 A region is right when the measured time of the recommended schedule is within 2% of the measured best of the
 schedules measured (the target: >= 85% of regions). Errors: |predicted - measured| / measured of every schedule other
@@ -196,12 +197,12 @@ def _mode(nvtx: str) -> str:
     return next((p.split("=", 1)[1] for p in nvtx.split(";") if p.startswith("mode=")), nvtx)
 
 
-def training(workdir: Path, constants) -> list[dict]:
+def training(workdir: Path, constants, sets: tuple[str, ...] = ("seen", "held out")) -> list[dict]:
     """Per training pair, device and mode with communication: the mean step time predicted from the default run
     for each k, what the run at k measured, and whether the recommended setting was the measured best."""
     out = []
     for i, (label, base, others) in enumerate(TRAINING):
-        if not base.exists() or not all(p.exists() for p in others.values()):
+        if label not in sets or not base.exists() or not all(p.exists() for p in others.values()):
             continue
         ks = sorted(others)
         pred = _steps(base, ks, workdir / f"t{i}", constants)
@@ -209,8 +210,8 @@ def training(workdir: Path, constants) -> list[dict]:
         keys = sorted({(r["device_id"], _mode(r["nvtx"])) for r in pred})
         for dev, mode in keys:
             mine = [r for r in pred if (r["device_id"], _mode(r["nvtx"])) == (dev, mode)]
-            if all(r["schedule"] == "traced" for r in mine):
-                continue  # no communication in these steps: nothing changes
+            if all(r["predicted_ms"] == r["step_ms"] for r in mine):
+                continue  # no communication in these steps (the compute-only mode): nothing changes
             traced = float(np.mean([r["step_ms"] for r in mine if r["schedule"] == "traced"]))
             row = dict(set=label, run=base.name.split(".")[0], device=dev, mode=mode, traced=traced, ks={})
             for k in ks:
@@ -220,7 +221,7 @@ def training(workdir: Path, constants) -> list[dict]:
                     row["ks"][k] = (float(np.mean(p)), float(np.mean(m)))
             # the recommended setting: the shortest mean predicted among the traced and the measured ks, where its
             # gain is beyond the median error
-            margin = constants[2].get("overlapped", 0.0)
+            margin = constants[2].get("steps", constants[2].get("*", 0.0))
             best_k, best_t = None, traced
             for k, (p, _) in row["ks"].items():
                 if traced - p > margin * p and p < best_t:
@@ -246,9 +247,13 @@ def training_lines(rows: list[dict]) -> list[str]:
         errs = [abs(p - m) / m for r in mine for p, m in r["ks"].values()]
         if errs:
             within = sum(e <= STEP_ERROR for e in errs)
+            from traceql.advise import calibration
+
+            band = calibration()[1].get("steps")
+            banded = "" if band is None else f", {sum(e <= band for e in errs)} within the band ({_pct(band)})"
             lines.append("")
             lines.append(f"{label}: {within} of {len(errs)} predicted step times within {_pct(STEP_ERROR)} of the "
-                         f"measured (median error {_pct(float(np.median(errs)))}); recommendation right on "
+                         f"measured{banded} (median error {_pct(float(np.median(errs)))}); recommendation right on "
                          f"{sum(r['right'] for r in mine)} of {len(mine)}.")
     return lines
 
@@ -268,7 +273,13 @@ def main(argv=None) -> int:
             err = errors(judge(cal_regions, cal_configs, (alpha, {"*": 0.0}, {"*": 0.0})))
             bands = {k: float(np.quantile(v, QUANTILE)) for k, v in err.items()}
             medians = {k: float(np.median(v)) for k, v in err.items()}
-            write_calibration(alpha, bands, medians, str(CALIBRATION.relative_to(ROOT)))
+            # training steps: the errors of the seen run pair (its steps, per device and mode)
+            seen = training(Path(tmp) / "cal_train", (alpha, bands, medians), sets=("seen",))
+            step_err = [abs(p - m) / m for r in seen for p, m in r["ks"].values()]
+            bands["steps"] = float(np.quantile(step_err, QUANTILE))
+            medians["steps"] = float(np.median(step_err))
+            write_calibration(alpha, bands, medians, f"{CALIBRATION.relative_to(ROOT).parent}: overlap (regions), "
+                              f"train_ddp against train_ddp_ctas2 (steps)")
         *constants, source = calibration()
         sets = {"calibration: " + str(CALIBRATION.relative_to(ROOT).parent):
                 judge(cal_regions, cal_configs, constants)}
@@ -297,7 +308,11 @@ def main(argv=None) -> int:
         "covered compute loses k SMs instead of k_d (S / (S - k) - 1, the rest of its measured slowdown kept). What "
         "the data shows: most regions' schedules differ by less than the noise between modes (the SM clock moved by "
         "up to 10% between a configuration's modes), and the schedules with fewer CTAs are slower wherever compute "
-        "cannot hide the longer collective; the model does not yet beat keeping the traced schedule.",
+        "cannot hide the longer collective. Against keeping the traced schedule, the recommendation is right as often "
+        "or less on the sweeps looked at, and more often on the held-out GEMM-4096 sweep (where sequential often "
+        "wins); it misses the target everywhere. The communication time with few CTAs is worst for small messages "
+        "(4 MiB at 1 CTA: predicted 4x the measured): alpha is one number per collective, where a latency-bound "
+        "transfer barely slows with fewer CTAs.",
         "",
         "| sweep | regions | recommendation right | keeping the traced schedule right | sequential: median, 90% error "
         "| overlapped at k CTAs: median, 90% error |",

@@ -107,3 +107,25 @@ def test_advise_doc_is_what_the_committed_sweeps_give(tmp_path):
     committed = (REPO / "docs/advise.md").read_text()
     text = out.read_text()
     assert text == committed, "".join(difflib.unified_diff(committed.splitlines(True), text.splitlines(True), n=1))
+
+
+def test_advise_steps_of_a_real_training_run():
+    """Held-out FSDP2 run (2 x H200): steps with no communication are predicted unchanged (and no band); in the
+    sequential mode, where the collectives are exposed, fewer CTAs predict a longer step."""
+    rc, out, err = run_cli("advise", DATA / "advise" / "train_fsdp2.sqlite.xz", "--group-by-nvtx", "case:train*",
+                           "--ctas", "4,16", "--format", "json", timeout=900)
+    assert rc == 0, err
+    steps = json.loads(out)["steps"]
+    assert steps and not json.loads(out)["predictions"]
+    for s in steps:
+        if "mode=compute" in s["nvtx"]:
+            assert s["predicted_ms"] == s["step_ms"] and s["predicted_lo_ms"] == s["predicted_hi_ms"]
+    seq = {}
+    for s in steps:
+        if "mode=sequential" in s["nvtx"]:
+            seq.setdefault((s["device_id"], s["nvtx"]), {})[s["max_ctas"]] = s["predicted_ms"]
+    assert seq
+    for by_k in seq.values():
+        assert by_k[4] > by_k[16] > by_k[None]
+    for key in {(s["device_id"], s["nvtx"]) for s in steps}:
+        assert sum(s["recommended"] for s in steps if (s["device_id"], s["nvtx"]) == key) == 1

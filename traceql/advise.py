@@ -74,11 +74,14 @@ class Advice:
 
     table: pa.Table
     notes: list[str] = field(default_factory=list)
+    steps: pa.Table | None = None  # with NVTX groups: per (run, device, step) and k (traceql.advise_steps)
 
     def to_json(self) -> dict:
-        rows = [{k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in r.items()}
-                for r in self.table.to_pylist()]
-        return {"schema_version": 1, "predictions": rows, "notes": self.notes}
+        def rows(t: pa.Table | None) -> list[dict]:
+            return [] if t is None else [
+                {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in r.items()}
+                for r in t.to_pylist()]
+        return {"schema_version": 1, "predictions": rows(self.table), "steps": rows(self.steps), "notes": self.notes}
 
 
 def comm_at(region: Region, k: int, alpha: float) -> float:
@@ -189,17 +192,30 @@ def advise_regions(found: list[Region], ks: Sequence[int] = DEFAULT_CTAS,
 
 
 def advise(inputs: Sequence[str | Path] | str | Path, *, ctas: Sequence[int] = DEFAULT_CTAS,
+           group_by_nvtx: str | None = None, nvtx_scope: str = "process",
            workdir: str | Path | None = None) -> Advice:
     """Predict, per region of ``inputs`` (runs with the overlap experiment's mode ranges), the iteration time under
-    sequential execution and under NCCL_MAX_CTAS k for each k in ``ctas``, and recommend one."""
+    sequential execution and under NCCL_MAX_CTAS k for each k in ``ctas``, and recommend one. With
+    ``group_by_nvtx`` (a glob, as ``attribute`` takes it): per step of those NVTX groups instead, the step time under
+    NCCL_MAX_CTAS k (:mod:`traceql.advise_steps`)."""
     from .attribute import as_store, input_paths
-    from .paper import paper
 
     if not ctas or any(k < 1 for k in ctas):
         raise UsageError(f"--ctas {','.join(map(str, ctas))}: give CTA counts of at least 1")
     inputs = input_paths(inputs)
+    *constants, source = calibration()
+    notes = [f"communication time per CTA count calibrated on {source}",
+             "NCCL_MAX_CTAS at or above the CTAs the traced collectives used changes nothing: not listed"]
     with tempfile.TemporaryDirectory(prefix="traceql-advise-") as tmp:
         dirs = as_store(inputs, Path(workdir or tmp) / "runs")
+        if group_by_nvtx is not None:
+            steps = _steps(dirs, ctas, group_by_nvtx, nvtx_scope, tuple(constants))
+            if steps.num_rows == 0:
+                raise BadInputError(f"{', '.join(map(str, inputs))}: no GPU work in NVTX ranges matching "
+                                    f"{group_by_nvtx!r}: no steps to predict")
+            return Advice(pa.Table.from_pylist([], schema=SCHEMA), notes, steps)
+        from .paper import paper
+
         result = paper(dirs)
         con = store.connect(dirs, views=False)
         try:
@@ -209,11 +225,23 @@ def advise(inputs: Sequence[str | Path] | str | Path, *, ctas: Sequence[int] = D
     found = regions(result.configs, sm_counts)
     if not found:
         raise BadInputError(f"{', '.join(map(str, inputs))}: no configuration measured compute alone, communication "
-                            "alone and overlapped, with the SMs its collectives held: nothing to predict from")
-    source = calibration()[3]
-    notes = [f"communication time per CTA count calibrated on {source}",
-             "NCCL_MAX_CTAS at or above the CTAs the traced collectives used changes nothing: not listed"]
-    return Advice(advise_regions(found, ctas), notes)
+                            "alone and overlapped, with the SMs its collectives held: nothing to predict from (for "
+                            "training steps, give --group-by-nvtx)")
+    return Advice(advise_regions(found, ctas, tuple(constants)), notes)
+
+
+def _steps(dirs: list[Path], ctas: Sequence[int], group_by_nvtx: str, nvtx_scope: str, constants) -> pa.Table:
+    import duckdb
+
+    from .advise_steps import step_predictions
+    from .attribute import attribute
+
+    con = duckdb.connect()
+    try:
+        attribute(dirs, group_by_nvtx=group_by_nvtx, nvtx_scope=nvtx_scope, con=con)
+        return step_predictions(con, ctas, constants)
+    finally:
+        con.close()
 
 
 def render(result: Advice, fmt: str) -> str:
@@ -229,9 +257,17 @@ def render(result: Advice, fmt: str) -> str:
         return json.dumps(result.to_json(), indent=1, default=str) + "\n"
     if fmt == "csv":
         sink = pa.BufferOutputStream()
-        pacsv.write_csv(result.table, sink)
+        pacsv.write_csv(result.steps if result.steps is not None else result.table, sink)
         return sink.getvalue().to_pybytes().decode()
     rows = []
+    for r in (result.steps.to_pylist() if result.steps is not None else []):
+        label = r["schedule"] if r["max_ctas"] is None else f"ctas={r['max_ctas']}"
+        rows.append({"run": r["run_id"], "device": r["device_id"], "step": r["nvtx"], "schedule": label,
+                     "predicted_ms": f"{r['predicted_ms']:.1f}",
+                     "band_ms": f"{r['predicted_lo_ms']:.1f}-{r['predicted_hi_ms']:.1f}",
+                     "gain_ms": f"{r['gain_ms']:+.1f}",
+                     "advice": ("recommended" + (" (gain beyond the band)" if r["confident"] else ""))
+                     if r["recommended"] else ""})
     for r in result.table.to_pylist():
         label = r["schedule"] if r["max_ctas"] is None else f"ctas={r['max_ctas']}"
         rows.append({"run": r["run"], "region": f"{r['op']} {r['dtype']} {r['bytes']} B", "traced": r["traced_ctas"],

@@ -132,13 +132,13 @@ def step_predictions(con, ks: Sequence[int], constants: tuple[dict, dict, dict])
                 if k_dev.get(dev) is None or k >= k_dev[dev]:
                     continue
                 preds.append(dict(schedule="overlapped", max_ctas=k, predicted_ms=(a["span"] - a["gain"][j]) / 1e6))
-            band = bands.get("overlapped", bands.get("*", 0.0))
-            margin = margins.get("overlapped", margins.get("*", 0.0))
+            band = bands.get("steps", bands.get("*", 0.0))
+            margin = margins.get("steps", margins.get("*", 0.0))
             best = min(range(len(preds)), key=lambda i: (preds[i]["predicted_ms"], i))
             if best and preds[0]["predicted_ms"] - preds[best]["predicted_ms"] <= margin * preds[best]["predicted_ms"]:
                 best = 0
             for i, p in enumerate(preds):
-                b = 0.0 if i == 0 else band * p["predicted_ms"]
+                b = 0.0 if p["predicted_ms"] == preds[0]["predicted_ms"] else band * p["predicted_ms"]
                 rows.append(base | p | dict(predicted_lo_ms=p["predicted_ms"] - b,
                                             predicted_hi_ms=p["predicted_ms"] + b,
                                             gain_ms=preds[0]["predicted_ms"] - p["predicted_ms"],

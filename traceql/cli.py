@@ -513,12 +513,15 @@ def advise_cmd(
                                                       "mark the overlap experiment's modes (docs/paper.md).",
                                                  show_default=False)],
     ctas: Annotated[str, typer.Option(help="NCCL_MAX_CTAS values to predict, comma-separated.")] = "1,2,4,8,16,32",
+    group_by_nvtx: Annotated[str | None, typer.Option(
+        help="Predict per step of the NVTX ranges matching this glob (e.g. 'step*'), as attribute groups them, "
+             "instead of per configuration of the overlap experiment.")] = None,
     fmt: Format = TableFormat.table,
     output: Annotated[Path | None, typer.Option("-o", "--output", help="Write here instead of stdout.")] = None,
 ) -> None:
     """Which schedule of each GEMM-and-collective region (overlapped as traced, sequential, or overlapped with NCCL
-    limited to k CTAs): each one's predicted iteration time with its calibrated band, and the recommended one
-    (docs/advise.md)."""
+    limited to k CTAs): each one's predicted iteration time with its calibrated band, and the recommended one; with
+    --group-by-nvtx, each training step's time under NCCL_MAX_CTAS k (docs/advise.md)."""
     from .advise import advise as do_advise
     from .advise import render
     from .output import check_target, refuse_overwrite
@@ -530,7 +533,7 @@ def advise_cmd(
     refuse_overwrite([output], inputs)
     if output is not None:
         check_target(output)
-    result = stopping.run(lambda: do_advise(inputs, ctas=ks), "nothing was written")
+    result = stopping.run(lambda: do_advise(inputs, ctas=ks, group_by_nvtx=group_by_nvtx), "nothing was written")
     text = render(result, fmt)
     if output is None:
         sys.stdout.write(text)
