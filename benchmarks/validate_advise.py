@@ -1,7 +1,7 @@
 """Calibrate ``traceql advise`` on one overlap sweep and evaluate it on others; write docs/advise.md.
 
 - **calibration**: `tests/data/h200x2/overlap.sqlite.xz` (2 x H200: 3 collectives x 5 data types x 16 and 128 MiB,
-  a GEMM of 8192, at NCCL_MAX_CTAS default, 2 and 8). `--calibrate` fits `traceql/_advise_calibration.py` on it alone:
+  a GEMM of 8192, at NCCL_MAX_CTAS default, 2 and 8). `--calibrate` fits `traceql/advise/calibrated.py` on it alone:
   alpha per collective (the communication time with k CTAs, M_d (k_d / k)^alpha: the median over its configurations
   measured at 2 and 8) and the band of each kind of prediction (the 90% quantile of |predicted - measured| /
   measured); the training steps' band on the seen pair `tests/data/h200x2/train_ddp` and `train_ddp_ctas2`.
@@ -40,7 +40,7 @@ TRAINING = [("seen", H2 / "train_ddp.sqlite.xz", {2: H2 / "train_ddp_ctas2.sqlit
             ("held out", HELD / "train_fsdp2.sqlite.xz", {8: HELD / "train_fsdp2_ctas8.sqlite.xz"})]
 STEP_GROUPS = "case:train*"
 STEP_ERROR = 0.10
-CALIBRATION_PY = ROOT / "traceql/_advise_calibration.py"
+CALIBRATION_PY = ROOT / "traceql/advise/calibrated.py"
 QUANTILE = 0.9
 MARGIN = 0.02
 TARGET = 0.85
@@ -182,7 +182,7 @@ def rows_table(name: str, judged: list[dict]) -> list[str]:
 def _steps(path: Path, ks: list[int], workdir: Path, constants) -> list[dict]:
     import duckdb
 
-    from traceql.advise_steps import step_predictions
+    from traceql.advise.steps import step_predictions
     from traceql.attribute import attribute
 
     con = duckdb.connect()
@@ -260,7 +260,7 @@ def training_lines(rows: list[dict]) -> list[str]:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--calibrate", action="store_true", help="fit traceql/_advise_calibration.py on the calibration "
+    p.add_argument("--calibrate", action="store_true", help="fit traceql/advise/calibrated.py on the calibration "
                                                              "sweep first (never on an evaluation sweep)")
     p.add_argument("--write", type=Path, help="write the generated markdown here")
     args = p.parse_args(argv)
@@ -326,7 +326,7 @@ def main(argv=None) -> int:
         "",
         "Each step of a training run traced at the default CTAs (`--group-by-nvtx 'case:train*'`) is replayed with "
         "its collectives' transfers and its overlapped compute changed to what k CTAs would give "
-        "(`traceql/advise_steps.py`); the same program run with NCCL_MAX_CTAS=k measured it. Per device and mode "
+        "(`traceql/advise/steps.py`); the same program run with NCCL_MAX_CTAS=k measured it. Per device and mode "
         "(overlapped: buckets' all-reduces beside the backward pass; sequential: after it), the mean over its steps. "
         "`seen`: the run pair looked at while the step model was written; `held out`: `tests/data/advise` "
         "(another model shape, expectations in its README written before collection).",

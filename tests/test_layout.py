@@ -19,7 +19,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("sources",),
     ("store",),
     ("engine", "ingest"),
-    ("attribution", "attribute_map", "attribute", "diff_model", "diff_match", "diff", "paper", "overlap"),
+    ("attribution", "attribute_map", "attribute", "diff_model", "diff_match", "diff", "paper", "overlap", "advise"),
     ("report", "render", "render_diff", "sqlcmd", "collect", "perfetto"),
     ("cli", "__init__", "__main__"),
 ]

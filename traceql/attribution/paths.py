@@ -60,25 +60,32 @@ def loss_shares(con) -> dict[int, np.ndarray]:
             for gid, cls, *parts in rows}
 
 
+def run_replays(con, shares: dict[int, np.ndarray] | None = None):
+    """Per run of ``con`` (attribution views prepared), ``(run_id, activities, replayer)``: the run's activities in
+    stream order (``_path_activities``) and what replays its steps (``.steps()``, ``.replay(...)``)."""
+    waits = con.sql("SELECT run_id, global_pid, stream_id, correlation_id, record_stream_id, record_correlation_id "
+                    "FROM stream_waits").to_arrow_table()
+    calls = con.sql("SELECT run_id, global_pid, global_tid, start_ns, end_ns FROM runtime_api "
+                    f"WHERE end_ns - start_ns > {2 * RELEASE_NS}").to_arrow_table()
+    acts = con.sql("SELECT * FROM _path_activities").to_arrow_table()
+    if acts.num_rows == 0:
+        return
+    run_col = acts.column("run_id").to_numpy(zero_copy_only=False)
+    bounds = np.flatnonzero(np.r_[True, run_col[1:] != run_col[:-1], True])
+    for lo, hi in zip(bounds[:-1], bounds[1:], strict=False):
+        run_id = run_col[lo]
+        t = acts.slice(lo, hi - lo)
+        yield run_id, t, _Run(t, _of_run(waits, run_id), shares or {}, _of_run(calls, run_id))
+
+
 def critical_paths(con) -> pa.Table:
     """One row per (run, device, NVTX group) of steps and per (run, device) (nvtx NULL: its steps together): the
     steps' time, where their critical paths ran, and each cause's loss and the part of it that reached the steps'
     time. No rows without NVTX groups."""
     shares = loss_shares(con)
-    waits = con.sql("SELECT run_id, global_pid, stream_id, correlation_id, record_stream_id, record_correlation_id "
-                    "FROM stream_waits").to_arrow_table()
-    calls = con.sql("SELECT run_id, global_pid, global_tid, start_ns, end_ns FROM runtime_api "
-                    f"WHERE end_ns - start_ns > {2 * RELEASE_NS}").to_arrow_table()
     rows: list[dict] = []
-    acts = con.sql("SELECT * FROM _path_activities").to_arrow_table()
-    if acts.num_rows == 0:
-        return pa.Table.from_pylist([], schema=SCHEMA)
-    run_col = acts.column("run_id").to_numpy(zero_copy_only=False)
-    bounds = np.flatnonzero(np.r_[True, run_col[1:] != run_col[:-1], True])
-    for lo, hi in zip(bounds[:-1], bounds[1:], strict=False):
-        run_id = run_col[lo]
-        rows += _Run(acts.slice(lo, hi - lo), _of_run(waits, run_id), shares, _of_run(calls, run_id)).rows(run_id)
-    rows.sort(key=lambda r: (r["run_id"], r["device_id"], r["nvtx"] is not None, r["nvtx"] or ""))
+    for run_id, _, run in run_replays(con, shares):
+        rows += run.rows(run_id)
     return pa.Table.from_pylist(rows, schema=SCHEMA)
 
 

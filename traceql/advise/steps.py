@@ -21,7 +21,7 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 
-from .advise import sm_loss
+from .model import sm_loss
 
 SCHEMA = pa.schema([
     ("run_id", pa.string()), ("device_id", pa.int32()), ("nvtx", pa.string()), ("steps", pa.int64()),
@@ -75,32 +75,20 @@ def loss_columns(facts: dict[str, np.ndarray], ks: Sequence[int], alpha: dict[st
 def step_predictions(con, ks: Sequence[int], constants: tuple[dict, dict, dict]) -> pa.Table:
     """Per (run, device, NVTX group) of steps: the steps' traced time and, per k, their predicted time (ms); ``con``
     has the attribution's views prepared with NVTX groups."""
-    from .attribution.paths import _of_run, _Run
+    from ..attribution.paths import run_replays
 
     alpha, bands, margins = constants
-    acts = con.sql("SELECT * FROM _path_activities").to_arrow_table()
-    if acts.num_rows == 0:
-        return pa.Table.from_pylist([], schema=SCHEMA)
     facts = con.sql("""SELECT p.run_id, p.activity_id, f.ctas, f.comm_overlap_ns, f.comm_sm_share, f.sm_count,
                               f.dur_ns, f.name
                        FROM _path_activities p LEFT JOIN instance_facts f USING (run_id, activity_id)
                        ORDER BY p.run_id, p.global_pid, p.stream_id, p.correlation_id, p.activity_id"""
                     ).to_arrow_table()
-    waits = con.sql("SELECT run_id, global_pid, stream_id, correlation_id, record_stream_id, record_correlation_id "
-                    "FROM stream_waits").to_arrow_table()
-    from .attribution.paths import RELEASE_NS
-
-    calls = con.sql("SELECT run_id, global_pid, global_tid, start_ns, end_ns FROM runtime_api "
-                    f"WHERE end_ns - start_ns > {2 * RELEASE_NS}").to_arrow_table()
     ks = sorted(set(ks))
-    run_col = acts.column("run_id").to_numpy(zero_copy_only=False)
-    bounds = np.flatnonzero(np.r_[True, run_col[1:] != run_col[:-1], True])
     rows = []
-    for lo, hi in zip(bounds[:-1], bounds[1:], strict=False):
-        run_id = run_col[lo]
-        t = acts.slice(lo, hi - lo)
-        ft = facts.slice(lo, hi - lo)
-        run = _Run(t, _of_run(waits, run_id), {}, _of_run(calls, run_id))
+    offset = 0
+    for run_id, t, run in run_replays(con):
+        ft = facts.slice(offset, t.num_rows)
+        offset += t.num_rows
         kind = t.column("kind").to_numpy(zero_copy_only=False)
         names = ft.column("name").to_pylist()
         cols = {c: ft.column(c).to_numpy(zero_copy_only=False) for c in ("ctas", "comm_overlap_ns", "comm_sm_share",

@@ -8,7 +8,7 @@ overlapped with NCCL limited to k CTAs, for each k below k_d. The model (``docs/
 
 - **communication with k CTAs** takes M_k = M_d (k_d / k)^alpha: with fewer CTAs, fewer channels move the data.
   alpha (1: each CTA moves data at a fixed rate; less: latency and the per-CTA rate that grows as CTAs are fewer) is
-  calibrated per collective on a sweep measured at several NCCL_MAX_CTAS (``traceql/_advise_calibration.py``,
+  calibrated per collective on a sweep measured at several NCCL_MAX_CTAS (``traceql/advise/calibrated.py``,
   written by ``benchmarks/validate_advise.py``);
 - **compute beside k CTAs** loses the SMs they hold: its in-overlap slowdown x_k = x_d + S/(S - k) - S/(S - k_d) (the
   SM model of many-wave grids, the rest of the slowdown measured at k_d kept), at least 0;
@@ -32,11 +32,14 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from . import store
-from .errors import BadInputError, UsageError
+from .. import store
+from ..errors import BadInputError, UsageError
+from .model import TRACED, Region, comm_at, predict, recommend, sm_loss
+
+__all__ = ["DEFAULT_CTAS", "TRACED", "Advice", "Region", "advise", "advise_regions", "calibration", "comm_at",
+           "predict", "recommend", "regions", "render", "sm_loss"]
 
 DEFAULT_CTAS = (1, 2, 4, 8, 16, 32)
-TRACED = "traced"
 
 SCHEMA = pa.schema([
     ("run_id", pa.string()), ("run", pa.string()), ("op", pa.string()), ("dtype", pa.string()),
@@ -49,32 +52,12 @@ SCHEMA = pa.schema([
 
 
 @dataclass
-class Region:
-    """What the traced configuration measured (times in ns): compute alone C, the collective alone M with the SMs its
-    CTAs held (k), the overlapped iteration T, in it compute's slowdown (over the whole, and in the part the
-    collective covered) and the share of it covered, the collective's slowdown, the collective time that compute hid
-    (H); the device's SM count."""
-
-    key: dict
-    compute_ns: float
-    comm_ns: float
-    comm_sms: float
-    overlapped_ns: float
-    compute_slowdown: float
-    covered: float
-    x: float
-    y: float
-    hidden_ns: float
-    sm_count: int
-
-
-@dataclass
 class Advice:
     """Per region and schedule, the predicted iteration time with its band, and which one is recommended."""
 
     table: pa.Table
     notes: list[str] = field(default_factory=list)
-    steps: pa.Table | None = None  # with NVTX groups: per (run, device, step) and k (traceql.advise_steps)
+    steps: pa.Table | None = None  # with NVTX groups: per (run, device, step) and k (traceql.advise.steps)
 
     def to_json(self) -> dict:
         def rows(t: pa.Table | None) -> list[dict]:
@@ -82,59 +65,6 @@ class Advice:
                 {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in r.items()}
                 for r in t.to_pylist()]
         return {"schema_version": 1, "predictions": rows(self.table), "steps": rows(self.steps), "notes": self.notes}
-
-
-def comm_at(region: Region, k: int, alpha: float) -> float:
-    """The collective alone with at most k CTAs: no faster than traced (a cap above the CTAs it used changes
-    nothing)."""
-    if k >= region.comm_sms:
-        return region.comm_ns
-    return region.comm_ns * (region.comm_sms / k) ** alpha
-
-
-def sm_loss(sm_count: int, held: float) -> float:
-    """In-overlap slowdown of a many-wave grid that loses ``held`` SMs: S / (S - held) - 1."""
-    free = sm_count - held
-    return math.inf if free <= 0 else sm_count / free - 1
-
-
-def predict(region: Region, ks: Sequence[int], alpha: float) -> list[dict]:
-    """The traced schedule (measured), sequential, and overlapped with NCCL_MAX_CTAS k for each k below the CTAs the
-    traced collectives used: predicted iteration times (ns), each the measured one plus the change the model predicts.
-
-    Traced, compute ran C_o = C (1 + s) and the collective M_o = M (1 + y); compute hid H of the collective, and the
-    collective covered C_c = f C_o of compute, slowing it 1 + x times there. Sequential: the hidden collective is
-    exposed and neither side is slowed: T + H - C_c x / (1 + x) - (M_o - M). With k CTAs: the collective takes
-    dM = (M_k - M)(1 + y) more; compute hides the same share h = H / M_o of it as traced, at most the compute time
-    that ran uncovered (C_o - C_c); the covered compute is slowed 1 + x_k times instead: T + dM - hidden +
-    C_c (x_k - x) / (1 + x)."""
-    r = region
-    c_o, m_o = r.compute_ns * (1 + r.compute_slowdown), r.comm_ns * (1 + r.y)
-    c_c = r.covered * c_o
-    out = [dict(schedule=TRACED, max_ctas=None, predicted_ns=r.overlapped_ns, comm_ns=r.comm_ns, compute_slowdown=r.x)]
-    seq = r.overlapped_ns + r.hidden_ns - c_c * r.x / (1 + r.x) - (m_o - r.comm_ns)
-    out.append(dict(schedule="sequential", max_ctas=None, predicted_ns=seq, comm_ns=r.comm_ns, compute_slowdown=0.0))
-    share = min(1.0, r.hidden_ns / m_o) if m_o > 0 else 0.0
-    for k in sorted(set(ks)):
-        if k >= r.comm_sms:
-            continue
-        m_k = comm_at(r, k, alpha)
-        grown = (m_k - r.comm_ns) * (1 + r.y)
-        hidden = min(share * grown, max(0.0, c_o - c_c))
-        x_k = max(0.0, r.x + sm_loss(r.sm_count, k) - sm_loss(r.sm_count, r.comm_sms))
-        t_k = r.overlapped_ns + grown - hidden + c_c * (x_k - r.x) / (1 + r.x)
-        out.append(dict(schedule="overlapped", max_ctas=k, predicted_ns=t_k, comm_ns=m_k, compute_slowdown=x_k))
-    return out
-
-
-def recommend(preds: list[dict], margins: dict[str, float]) -> int:
-    """The index of the recommended schedule: the shortest predicted time among the traced one (index 0) and those
-    predicted to gain more than the calibration's median error of their kind (a smaller gain is as likely noise)."""
-    def gains(i: int) -> bool:
-        p = preds[i]
-        margin = margins.get(p["schedule"], margins.get("*", 0.0))
-        return i == 0 or preds[0]["predicted_ns"] - p["predicted_ns"] > margin * p["predicted_ns"]
-    return min((i for i in range(len(preds)) if gains(i)), key=lambda i: (preds[i]["predicted_ns"], i))
 
 
 def regions(configs: pa.Table, sm_counts: dict[str, int]) -> list[Region]:
@@ -164,7 +94,7 @@ def _finite(v) -> float:
 def calibration() -> tuple[dict[str, float], dict[str, float], dict[str, float], str]:
     """alpha per collective; per schedule kind (sequential, overlapped), the relative bands and median errors; and
     where they come from."""
-    from . import _advise_calibration as cal
+    from . import calibrated as cal
 
     return dict(cal.ALPHA), dict(cal.BANDS), dict(cal.MEDIAN_ERRORS), cal.SOURCE
 
@@ -197,8 +127,8 @@ def advise(inputs: Sequence[str | Path] | str | Path, *, ctas: Sequence[int] = D
     """Predict, per region of ``inputs`` (runs with the overlap experiment's mode ranges), the iteration time under
     sequential execution and under NCCL_MAX_CTAS k for each k in ``ctas``, and recommend one. With
     ``group_by_nvtx`` (a glob, as ``attribute`` takes it): per step of those NVTX groups instead, the step time under
-    NCCL_MAX_CTAS k (:mod:`traceql.advise_steps`)."""
-    from .attribute import as_store, input_paths
+    NCCL_MAX_CTAS k (:mod:`traceql.advise.steps`)."""
+    from ..attribute import as_store, input_paths
 
     if not ctas or any(k < 1 for k in ctas):
         raise UsageError(f"--ctas {','.join(map(str, ctas))}: give CTA counts of at least 1")
@@ -214,7 +144,7 @@ def advise(inputs: Sequence[str | Path] | str | Path, *, ctas: Sequence[int] = D
                 raise BadInputError(f"{', '.join(map(str, inputs))}: no GPU work in NVTX ranges matching "
                                     f"{group_by_nvtx!r}: no steps to predict")
             return Advice(pa.Table.from_pylist([], schema=SCHEMA), notes, steps)
-        from .paper import paper
+        from ..paper import paper
 
         result = paper(dirs)
         con = store.connect(dirs, views=False)
@@ -233,8 +163,8 @@ def advise(inputs: Sequence[str | Path] | str | Path, *, ctas: Sequence[int] = D
 def _steps(dirs: list[Path], ctas: Sequence[int], group_by_nvtx: str, nvtx_scope: str, constants) -> pa.Table:
     import duckdb
 
-    from .advise_steps import step_predictions
-    from .attribute import attribute
+    from ..attribute import attribute
+    from .steps import step_predictions
 
     con = duckdb.connect()
     try:
@@ -251,7 +181,7 @@ def render(result: Advice, fmt: str) -> str:
 
     import pyarrow.csv as pacsv
 
-    from .paper.text import aligned
+    from ..paper.text import aligned
 
     if fmt == "json":
         return json.dumps(result.to_json(), indent=1, default=str) + "\n"
