@@ -322,7 +322,7 @@ def main(argv=None) -> int:
         "4 ranks, rather than a bandwidth per CTA, which does not); sweeps under `tests/data/advise/` are collected "
         "after the model was committed.",
         "",
-        "The model (`traceql/advise.py`): the traced overlapped iteration, plus the change predicted from it. "
+        "The model (`traceql/advise/model.py`): the traced overlapped iteration, plus the change predicted from it. "
         "Sequential exposes the communication that compute hid and removes both sides' slowdowns; with k CTAs the "
         "collective alone takes M_d (k_d / k)^alpha (alpha per collective, calibrated), compute hides the same share "
         "of the added time as it hid of the traced collective (at most the compute that ran uncovered), and the "
@@ -333,7 +333,10 @@ def main(argv=None) -> int:
         "or less on the sweeps looked at, and more often on the held-out GEMM-4096 sweep (where sequential often "
         "wins); it misses the target everywhere. The communication time with few CTAs is worst for small messages "
         "(4 MiB at 1 CTA: predicted 4x the measured): alpha is one number per collective, where a latency-bound "
-        "transfer barely slows with fewer CTAs.",
+        "transfer barely slows with fewer CTAs. A bandwidth per CTA in its place (M_k = M_d max(1, B_d / (k b)), b "
+        "per collective in bus bytes) was tried on the calibration sweep: its median error with k CTAs fell (5.2% to "
+        "4.1%) but its 90% error rose (18.8% to 28.1%), and 4 ranks move about 1.3-1.5 times as many bus bytes per CTA "
+        "as 2: not kept.",
         "",
         "| sweep | regions | recommendation right | keeping the traced schedule right | sequential: median, 90% error "
         "| overlapped at k CTAs: median, 90% error |",
