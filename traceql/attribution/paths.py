@@ -86,6 +86,7 @@ def critical_paths(con) -> pa.Table:
     rows: list[dict] = []
     for run_id, _, run in run_replays(con, shares):
         rows += run.rows(run_id)
+    rows.sort(key=lambda r: (r["run_id"], r["device_id"], r["nvtx"] is not None, r["nvtx"] or ""))
     return pa.Table.from_pylist(rows, schema=SCHEMA)
 
 
