@@ -48,20 +48,13 @@ TARGET = 0.85
 
 def sweep(path: Path, workdir: Path):
     """The regions of a sweep and every configuration's measured times, keyed (op, dtype, bytes, config, ctas)."""
-    from traceql import advise, store
+    from traceql.advise import sweep_regions
     from traceql.attribute import as_store, input_paths
-    from traceql.paper import paper
 
-    dirs = as_store(input_paths([path]), workdir)
-    result = paper(dirs)
-    con = store.connect(dirs, views=False)
-    try:
-        sms = dict(con.sql("SELECT run_id, max(sm_count) FROM devices GROUP BY run_id").fetchall())
-    finally:
-        con.close()
+    result, regions = sweep_regions(as_store(input_paths([path]), workdir))
     configs = {(c["op"], c["dtype"], c["bytes"], c["config"], c["max_ctas"]): c for c in result.configs.to_pylist()
                if c["workload"] != "mode"}
-    return advise.regions(result.configs, sms), configs
+    return regions, configs
 
 
 def measured(configs: dict, key: tuple, schedule: str, k) -> float | None:
@@ -81,7 +74,7 @@ def measured_ks(configs: dict) -> list[int]:
     return sorted({int(k[-1]) for k in configs if k[-1].isdigit()})
 
 
-def fit(regions, configs) -> tuple[dict, dict]:
+def fit(regions, configs) -> dict:
     """alpha per collective: the median of log(M_k / M_d) / log(k_d / k) over the configurations measured at k."""
     per_op: dict[str, list[float]] = {}
     for r in regions:
@@ -95,7 +88,7 @@ def fit(regions, configs) -> tuple[dict, dict]:
                 math.log(c["comm_iter_ns"] / r.comm_ns) / math.log(r.comm_sms / c["comm_sms"]))
     alpha = {op: float(np.median(v)) for op, v in sorted(per_op.items())}
     alpha["*"] = float(np.median([a for v in per_op.values() for a in v]))
-    return alpha, {}
+    return alpha
 
 
 def judge(regions, configs, constants) -> list[dict]:
@@ -130,8 +123,7 @@ def errors(judged: list[dict]) -> dict[str, list[float]]:
         for x in j["rows"]:
             if x["schedule"] == "traced":
                 continue
-            kind = "sequential" if x["schedule"] == "sequential" else "overlapped"
-            err.setdefault(kind, []).append(abs(x["predicted_ns"] - x["measured_ns"]) / x["measured_ns"])
+            err.setdefault(x["schedule"], []).append(abs(x["predicted_ns"] - x["measured_ns"]) / x["measured_ns"])
     return err
 
 
@@ -221,11 +213,12 @@ def training(workdir: Path, constants, sets: tuple[str, ...] = ("seen", "held ou
                     row["ks"][k] = (float(np.mean(p)), float(np.mean(m)))
             # the recommended setting: the shortest mean predicted among the traced and the measured ks, where its
             # gain is beyond the median error
+            from traceql.advise import recommend
+
             margin = constants[2].get("steps", constants[2].get("*", 0.0))
-            best_k, best_t = None, traced
-            for k, (p, _) in row["ks"].items():
-                if traced - p > margin * p and p < best_t:
-                    best_k, best_t = k, p
+            preds = [dict(schedule="traced", k=None, t=traced)] + [
+                dict(schedule="overlapped", k=k, t=p) for k, (p, _) in row["ks"].items()]
+            best_k = preds[recommend(preds, {"overlapped": margin}, key="t")]["k"]
             measured = {None: traced} | {k: m for k, (_, m) in row["ks"].items()}
             row["recommended"] = best_k
             row["right"] = measured[best_k] <= (1 + MARGIN) * min(measured.values())
@@ -269,7 +262,7 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         cal_regions, cal_configs = sweep(CALIBRATION, Path(tmp) / "cal")
         if args.calibrate:
-            alpha, _ = fit(cal_regions, cal_configs)
+            alpha = fit(cal_regions, cal_configs)
             err = errors(judge(cal_regions, cal_configs, (alpha, {"*": 0.0}, {"*": 0.0})))
             bands = {k: float(np.quantile(v, QUANTILE)) for k, v in err.items()}
             medians = {k: float(np.median(v)) for k, v in err.items()}

@@ -37,7 +37,7 @@ from ..errors import BadInputError, UsageError
 from .model import TRACED, Region, comm_at, predict, recommend, sm_loss
 
 __all__ = ["DEFAULT_CTAS", "TRACED", "Advice", "Region", "advise", "advise_regions", "calibration", "comm_at",
-           "predict", "recommend", "regions", "render", "sm_loss"]
+           "predict", "recommend", "regions", "render", "sm_loss", "sweep_regions"]
 
 DEFAULT_CTAS = (1, 2, 4, 8, 16, 32)
 
@@ -85,6 +85,20 @@ def regions(configs: pa.Table, sm_counts: dict[str, int]) -> list[Region]:
                           x=_finite(c["in_overlap_slowdown"]), y=_finite(c["comm_slowdown"]),
                           hidden_ns=_finite(c["overlap_ratio"]) * t, sm_count=sm))
     return out
+
+
+def sweep_regions(dirs: list[Path]):
+    """The overlap experiment's figures over the run directories ``dirs`` (:func:`traceql.paper.paper`), and the
+    regions its configurations give."""
+    from ..paper import paper
+
+    result = paper(dirs)
+    con = store.connect(dirs, views=False)
+    try:
+        sm_counts = dict(con.sql("SELECT run_id, max(sm_count) FROM devices GROUP BY run_id").fetchall())
+    finally:
+        con.close()
+    return result, regions(result.configs, sm_counts)
 
 
 def _finite(v) -> float:
@@ -144,15 +158,7 @@ def advise(inputs: Sequence[str | Path] | str | Path, *, ctas: Sequence[int] = D
                 raise BadInputError(f"{', '.join(map(str, inputs))}: no GPU work in NVTX ranges matching "
                                     f"{group_by_nvtx!r}: no steps to predict")
             return Advice(pa.Table.from_pylist([], schema=SCHEMA), notes, steps)
-        from ..paper import paper
-
-        result = paper(dirs)
-        con = store.connect(dirs, views=False)
-        try:
-            sm_counts = dict(con.sql("SELECT run_id, max(sm_count) FROM devices GROUP BY run_id").fetchall())
-        finally:
-            con.close()
-    found = regions(result.configs, sm_counts)
+        _, found = sweep_regions(dirs)
     if not found:
         raise BadInputError(f"{', '.join(map(str, inputs))}: no configuration measured compute alone, communication "
                             "alone and overlapped, with the SMs its collectives held: nothing to predict from (for "
@@ -189,23 +195,19 @@ def render(result: Advice, fmt: str) -> str:
         sink = pa.BufferOutputStream()
         pacsv.write_csv(result.steps if result.steps is not None else result.table, sink)
         return sink.getvalue().to_pybytes().decode()
-    rows = []
-    for r in (result.steps.to_pylist() if result.steps is not None else []):
-        label = r["schedule"] if r["max_ctas"] is None else f"ctas={r['max_ctas']}"
-        rows.append({"run": r["run_id"], "device": r["device_id"], "step": r["nvtx"], "schedule": label,
-                     "predicted_ms": f"{r['predicted_ms']:.1f}",
-                     "band_ms": f"{r['predicted_lo_ms']:.1f}-{r['predicted_hi_ms']:.1f}",
-                     "gain_ms": f"{r['gain_ms']:+.1f}",
-                     "advice": ("recommended" + (" (gain beyond the band)" if r["confident"] else ""))
-                     if r["recommended"] else ""})
-    for r in result.table.to_pylist():
-        label = r["schedule"] if r["max_ctas"] is None else f"ctas={r['max_ctas']}"
-        rows.append({"run": r["run"], "region": f"{r['op']} {r['dtype']} {r['bytes']} B", "traced": r["traced_ctas"],
-                     "schedule": label, "predicted_ms": f"{r['predicted_ns'] / 1e6:.3f}",
-                     "band_ms": f"{r['predicted_lo_ns'] / 1e6:.3f}-{r['predicted_hi_ns'] / 1e6:.3f}",
-                     "gain_ms": f"{r['gain_ns'] / 1e6:+.3f}",
-                     "advice": ("recommended" + (" (gain beyond the band)" if r["confident"] else ""))
-                     if r["recommended"] else ""})
+    def line(r: dict, where: dict, ms: float, lo: float, hi: float, gain: float, digits: int) -> dict:
+        return where | {"schedule": r["schedule"] if r["max_ctas"] is None else f"ctas={r['max_ctas']}",
+                        "predicted_ms": f"{ms:.{digits}f}", "band_ms": f"{lo:.{digits}f}-{hi:.{digits}f}",
+                        "gain_ms": f"{gain:+.{digits}f}",
+                        "advice": ("recommended" + (" (gain beyond the band)" if r["confident"] else ""))
+                        if r["recommended"] else ""}
+
+    rows = [line(r, {"run": r["run_id"], "device": r["device_id"], "step": r["nvtx"]}, r["predicted_ms"],
+                 r["predicted_lo_ms"], r["predicted_hi_ms"], r["gain_ms"], 1)
+            for r in (result.steps.to_pylist() if result.steps is not None else [])]
+    rows += [line(r, {"run": r["run"], "region": f"{r['op']} {r['dtype']} {r['bytes']} B", "traced": r["traced_ctas"]},
+                  *(r[c] / 1e6 for c in ("predicted_ns", "predicted_lo_ns", "predicted_hi_ns", "gain_ns")), 3)
+             for r in result.table.to_pylist()]
     out = io.StringIO()
     out.write(aligned(pa.Table.from_pylist(rows)) if rows else "(no rows)\n")
     out.write("".join(f"note: {n}\n" for n in result.notes))

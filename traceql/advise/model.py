@@ -3,9 +3,10 @@ under sequential execution and NCCL_MAX_CTAS k (the model: the package's docstri
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 TRACED = "traced"
 
@@ -38,10 +39,12 @@ def comm_at(region: Region, k: int, alpha: float) -> float:
     return region.comm_ns * (region.comm_sms / k) ** alpha
 
 
-def sm_loss(sm_count: int, held: float) -> float:
-    """In-overlap slowdown of a many-wave grid that loses ``held`` SMs: S / (S - held) - 1."""
-    free = sm_count - held
-    return math.inf if free <= 0 else sm_count / free - 1
+def sm_loss(sm_count, held):
+    """In-overlap slowdown of a many-wave grid that loses ``held`` SMs: S / (S - held) - 1 (infinite when none is
+    left); numbers, or arrays of them element by element."""
+    sm, free = np.asarray(sm_count, dtype=np.float64), np.subtract(sm_count, held, dtype=np.float64)
+    out = np.where(free > 0, sm / np.where(free > 0, free, 1.0) - 1, np.inf)
+    return float(out) if out.ndim == 0 else out
 
 
 def predict(region: Region, ks: Sequence[int], alpha: float) -> list[dict]:
@@ -73,11 +76,12 @@ def predict(region: Region, ks: Sequence[int], alpha: float) -> list[dict]:
     return out
 
 
-def recommend(preds: list[dict], margins: dict[str, float]) -> int:
-    """The index of the recommended schedule: the shortest predicted time among the traced one (index 0) and those
-    predicted to gain more than the calibration's median error of their kind (a smaller gain is as likely noise)."""
+def recommend(preds: list[dict], margins: dict[str, float], key: str = "predicted_ns") -> int:
+    """The index of the recommended schedule: the shortest predicted time (``key``) among the traced one (index 0)
+    and those predicted to gain more than the calibration's median error of their kind (``margins`` by schedule; a
+    smaller gain is as likely noise)."""
     def gains(i: int) -> bool:
         p = preds[i]
         margin = margins.get(p["schedule"], margins.get("*", 0.0))
-        return i == 0 or preds[0]["predicted_ns"] - p["predicted_ns"] > margin * p["predicted_ns"]
-    return min((i for i in range(len(preds)) if gains(i)), key=lambda i: (preds[i]["predicted_ns"], i))
+        return i == 0 or preds[0][key] - p[key] > margin * p[key]
+    return min((i for i in range(len(preds)) if gains(i)), key=lambda i: (preds[i][key], i))

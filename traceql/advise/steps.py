@@ -20,8 +20,9 @@ from collections.abc import Sequence
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from .model import sm_loss
+from .model import recommend, sm_loss
 
 SCHEMA = pa.schema([
     ("run_id", pa.string()), ("device_id", pa.int32()), ("nvtx", pa.string()), ("steps", pa.int64()),
@@ -40,32 +41,36 @@ def collective_op(name: str | None) -> str:
     return "*"
 
 
-def loss_columns(facts: dict[str, np.ndarray], ks: Sequence[int], alpha: dict[str, float]) -> np.ndarray:
-    """Per activity (rows of ``facts``) and k, how much shorter it runs with k CTAs (ns; negative: longer)."""
+def comm_ctas(device: np.ndarray, ctas: np.ndarray, dur: np.ndarray, comm: np.ndarray) -> dict[int, float]:
+    """Per device, the CTAs its collectives ran with (at most its SMs), weighted by their time."""
+    out = {}
+    for d in np.unique(device):
+        on = (device == d) & comm & (ctas > 0)
+        if on.any():
+            out[int(d)] = float(np.average(ctas[on], weights=np.maximum(dur[on], 1)))
+    return out
+
+
+def loss_columns(facts: dict[str, np.ndarray], ks: Sequence[int], alpha: dict[str, float],
+                 k_dev: dict[int, float]) -> np.ndarray:
+    """Per activity (rows of ``facts``; ``ctas`` at most the SMs) and k, how much shorter it runs with k CTAs (ns;
+    negative: longer); ``k_dev``: per device, its collectives' CTAs (:func:`comm_ctas`)."""
     n = len(facts["dur_ns"])
-    sm = facts["sm_count"].astype(np.float64)
-    comm = facts["is_comm"]
-    ctas = np.minimum(np.nan_to_num(facts["ctas"].astype(np.float64)), sm)
-    dur = facts["dur_ns"].astype(np.float64)
+    sm, comm, ctas = facts["sm_count"].astype(np.float64), facts["is_comm"], facts["ctas"]
+    dur = facts["dur_ns"]
     work = facts["work_ns"].astype(np.float64)
     a = np.array([alpha.get(op, alpha.get("*", 1.0)) for op in facts["op"]])
-    # the device's collectives: their CTAs, weighted by their time
-    k_dev = np.full(n, np.nan)
-    for d in np.unique(facts["device_key"]):
-        on = (facts["device_key"] == d) & comm & (ctas > 0)
-        if on.any():
-            k_dev[facts["device_key"] == d] = np.average(ctas[on], weights=np.maximum(dur[on], 1))
-    over = np.nan_to_num(facts["comm_overlap_ns"].astype(np.float64))
+    devices, where = np.unique(facts["device_key"], return_inverse=True)
+    kd = np.array([k_dev.get(int(d), np.inf) for d in devices])[where]
+    over = np.nan_to_num(facts["comm_overlap_ns"])
     f = np.where(dur > 0, over / np.maximum(dur, 1), 0.0)
-    held = np.where(over > 0, np.nan_to_num(facts["comm_sm_share"].astype(np.float64)) * sm * dur
-                    / np.maximum(over, 1), 0.0)
-    x_d = np.array([sm_loss(int(s), h) if s else 0.0 for s, h in zip(sm, held, strict=True)])
+    held = np.where(over > 0, np.nan_to_num(facts["comm_sm_share"]) * sm * dur / np.maximum(over, 1), 0.0)
+    x_d = np.where(sm > 0, sm_loss(sm, held), 0.0)
     out = np.zeros((n, len(ks)))
     for j, k in enumerate(ks):
         longer = comm & (ctas > k)
         work_k = np.where(longer, work * (np.maximum(ctas, 1) / k) ** a, work)
-        held_k = held * np.minimum(1.0, k / np.where(np.isnan(k_dev), np.inf, k_dev))
-        x_k = np.array([sm_loss(int(s), h) if s else 0.0 for s, h in zip(sm, held_k, strict=True)])
+        x_k = np.where(sm > 0, sm_loss(sm, held * np.minimum(1.0, k / kd)), 0.0)
         ratio = np.where(np.isfinite(x_d) & np.isfinite(x_k), (1 + x_k) / (1 + x_d), 1.0)
         dur_k = np.where(~comm & (f > 0), dur * ((1 - f) + f * ratio), dur)
         out[:, j] = np.where(comm, work - work_k, dur - dur_k)
@@ -89,20 +94,15 @@ def step_predictions(con, ks: Sequence[int], constants: tuple[dict, dict, dict])
     for run_id, t, run in run_replays(con):
         ft = facts.slice(offset, t.num_rows)
         offset += t.num_rows
-        kind = t.column("kind").to_numpy(zero_copy_only=False)
-        names = ft.column("name").to_pylist()
-        cols = {c: ft.column(c).to_numpy(zero_copy_only=False) for c in ("ctas", "comm_overlap_ns", "comm_sm_share",
-                                                                          "sm_count", "dur_ns")}
-        cols = {c: np.array([np.nan if v is None else v for v in a], dtype=np.float64) for c, a in cols.items()}
+        cols = {c: pc.fill_null(ft.column(c).cast(pa.float64()), np.nan).to_numpy()
+                for c in ("ctas", "comm_overlap_ns", "comm_sm_share", "sm_count", "dur_ns")}
         cols["sm_count"] = np.nan_to_num(cols["sm_count"]).astype(np.int64)
-        is_comm = kind == "comm"
-        loss = loss_columns(cols | {"is_comm": is_comm, "work_ns": run.work, "device_key": run.dev,
-                                    "op": [collective_op(nm) if c else "*" for nm, c in zip(names, is_comm,
-                                                                                             strict=True)]},
-                            ks, alpha)
-        k_dev = {int(d): float(np.average(np.minimum(cols["ctas"][(run.dev == d) & is_comm], cols["sm_count"][
-            (run.dev == d) & is_comm]), weights=np.maximum(cols["dur_ns"][(run.dev == d) & is_comm], 1)))
-                 for d in np.unique(run.dev) if ((run.dev == d) & is_comm).any()}
+        cols["ctas"] = np.minimum(np.nan_to_num(cols["ctas"]), cols["sm_count"])
+        is_comm = t.column("kind").to_numpy(zero_copy_only=False) == "comm"
+        k_dev = comm_ctas(run.dev, cols["ctas"], cols["dur_ns"], is_comm)
+        ops = [collective_op(nm) if c else "*" for nm, c in zip(ft.column("name").to_pylist(), is_comm, strict=True)]
+        loss = loss_columns(cols | {"is_comm": is_comm, "work_ns": run.work, "device_key": run.dev, "op": ops},
+                            ks, alpha, k_dev)
         acc: dict[tuple, dict] = {}
         for code, steps in run.steps():
             gains = run.replay([m for _, m in steps], loss=loss, clip=False)
@@ -122,9 +122,7 @@ def step_predictions(con, ks: Sequence[int], constants: tuple[dict, dict, dict])
                 preds.append(dict(schedule="overlapped", max_ctas=k, predicted_ms=(a["span"] - a["gain"][j]) / 1e6))
             band = bands.get("steps", bands.get("*", 0.0))
             margin = margins.get("steps", margins.get("*", 0.0))
-            best = min(range(len(preds)), key=lambda i: (preds[i]["predicted_ms"], i))
-            if best and preds[0]["predicted_ms"] - preds[best]["predicted_ms"] <= margin * preds[best]["predicted_ms"]:
-                best = 0
+            best = recommend(preds, {"overlapped": margin}, key="predicted_ms")
             for i, p in enumerate(preds):
                 b = 0.0 if p["predicted_ms"] == preds[0]["predicted_ms"] else band * p["predicted_ms"]
                 rows.append(base | p | dict(predicted_lo_ms=p["predicted_ms"] - b,
