@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import math
 import sys
 import tempfile
 from collections import Counter
@@ -123,7 +124,9 @@ def case_rows(result, gpu: str) -> list[dict]:
             continue  # the library's tiny sets are not what a case tests
         labels = _labels(r["nvtx"])
         corunner = labels.get("corunner", "")
-        expected = labels.get("expect") or EXPECTED.get((case, r["activity"]))
+        # a case whose two sides are both judged says each side's class: expect_kernel, expect_copy (copy engines)
+        side = labels.get("expect_kernel" if r["activity"] == "kernel" else "expect_copy")
+        expected = side or labels.get("expect") or EXPECTED.get((case, r["activity"]))
         if labels.get("victim") == "comm" and r["kind"] != "comm":  # collectives judged; the rest by expect_other
             expected = labels.get("expect_other")
             if expected is None:
@@ -174,12 +177,38 @@ def targets(rows: list[dict]) -> list[str]:
     return missed
 
 
-def calibrate(rows: list[dict], kappa: float | None = None) -> dict[str, float | None]:
+def in_overlap(s: float, f: float) -> float:
+    """The slowdown while overlapped (x) of an activity slowed by s in all, overlapped for a share f of its time:
+    s = f x / (1 + x - f x), solved for x; infinite where s is as large as f / (1 - f) or larger (no progress while
+    overlapped)."""
+    d = f * (1 + s) - s
+    return s / d if d > 0 else math.inf
+
+
+def copy_share(rows: list[dict]) -> float | None:
+    """The share of the DRAM bandwidth the kernels leave (saturation less their isolated rates) that a copy engine
+    beside them got, pooled over the calibration rows of copies whose known cause is DRAM bandwidth: the rate each
+    kept while overlapped (its isolated rate over 1 + x) summed, over the bandwidth left summed (a row where the
+    kernels left almost nothing says little about the share, and weighs little)."""
+    kept = left = 0.0
+    for x in rows:
+        r = x["row"]
+        if x["expected"] != "dram_bw" or r["activity"] == "kernel" or r["slowdown"] is None:
+            continue
+        if r["dram_pct_iso"] is None or r["co_kernel_dram_pct"] is None or not r["overlap_fraction"]:
+            continue
+        kept += r["dram_pct_iso"] / (1 + in_overlap(r["slowdown"], r["overlap_fraction"]))
+        left += max(0.0, r["dram_sat_pct"] - r["co_kernel_dram_pct"])
+    return kept / left if left > 0 else None
+
+
+def calibrate(rows: list[dict], kappa: float | None = None, share: float | None = None) -> dict[str, float | None]:
     """The constants of _calibration from the calibration rows (their known causes and the models' predictions).
 
     The in-overlap loss of lost L2 reuse is the median over the cache rows of the loss the other factors leave,
-    brought to the overlapped time; each band is the QUANTILE of |observed - predicted| over the rows of that cause
-    (DRAM: kernels and copy engines apart, two models)."""
+    brought to the overlapped time; the copy engines' share of the bandwidth kernels leave is :func:`copy_share`;
+    each band is the QUANTILE of |observed - predicted| over the rows of that cause (DRAM: kernels and copy engines
+    apart, two models)."""
     if kappa is None:
         xs = []
         for x in rows:
@@ -187,8 +216,7 @@ def calibrate(rows: list[dict], kappa: float | None = None) -> dict[str, float |
             if x["expected"] != "cache" or r["slowdown"] is None:
                 continue
             other = (1 + (r["sm"] or 0)) * (1 + (r["clock"] or 0)) * (1 + (r["link"] or 0))
-            s, f = (1 + r["slowdown"]) / other - 1, r["overlap_fraction"]
-            xs.append(s / (f * (1 + s) - s))
+            xs.append(in_overlap((1 + r["slowdown"]) / other - 1, r["overlap_fraction"]))
         kappa = float(np.median(xs)) if xs else None
     bands: dict[str, list[float]] = {}
     for x in rows:
@@ -200,6 +228,7 @@ def calibrate(rows: list[dict], kappa: float | None = None) -> dict[str, float |
                                                                  "link")}
     out.update({f"{k}_band": float(np.quantile(v, QUANTILE)) for k, v in bands.items()})
     out["cache_in_overlap"] = kappa
+    out["copy_share"] = copy_share(rows) if share is None else share
     out["calibration_rows"] = len(rows)
     return out
 
@@ -355,8 +384,10 @@ def main(argv=None) -> int:
         attr = attributor(Path(tmp))
         if args.calibrate:
             first = calibrate(known_cause_rows(attr, CALIBRATION))
-            write_calibration(first)  # the cache loss first: the bands are the errors of the models it completes
-            write_calibration(calibrate(known_cause_rows(attr, CALIBRATION), first["cache_in_overlap"]))
+            # the cache loss and the copies' share first: the bands are the errors of the models they complete
+            write_calibration(first)
+            write_calibration(calibrate(known_cause_rows(attr, CALIBRATION), first["cache_in_overlap"],
+                                        first["copy_share"]))
         judged = {}
         for name, traces in sets().items():
             judged[name] = known_cause_rows(attr, traces)

@@ -10,6 +10,7 @@
 #              one nsys around torchrun -> $OUT/eval_allreduce_<gpu>x2.sqlite.xz and .log
 #   comm       collectors/eval_comm.py under torchrun --nproc-per-node 2 (needs 2 GPUs), NCCL's default CTAs,
 #              one nsys around torchrun -> $OUT/eval_comm_<gpu>x2.sqlite.xz and .log
+#   copies     collectors/eval_copies.py on GPU 0 (copy engines beside kernels) -> $OUT/eval_copies_<gpu>.sqlite.xz, .log
 #   residency  collectors/residency.py on GPU 0 (calibration data for the SM model) -> $OUT/residency_<gpu>.sqlite.xz
 #   residency_gemms  collectors/residency.py --case gemms (a check of the delays rule) -> residency_gemms_<gpu>...
 #   held       collectors/eval_held.py the same way, nsys also tracing CUDA events (--cuda-event-trace=true, where
@@ -77,6 +78,12 @@ for step in ${EVAL_STEPS:-cases}; do
         echo "### gpu $gpu"; versions
         profile eval_cases "eval_cases_$gpu" 0 300 python3 "$C/eval_cases.py" --profile-range "$@"
       } 2>&1 | tee "$OUT/eval_cases_$gpu.log" ;;
+    copies)
+      rm -f "$W"/eval_copies*
+      {
+        echo "### gpu $gpu"; versions
+        profile eval_copies "eval_copies_$gpu" 0 300 python3 "$C/eval_copies.py" --profile-range
+      } 2>&1 | tee "$OUT/eval_copies_$gpu.log" ;;
     residency)
       # calibration data, not evaluation: collectors/residency.py (tests/data/calibration/residency/README.md)
       rm -f "$W"/residency*
@@ -100,6 +107,6 @@ for step in ${EVAL_STEPS:-cases}; do
       echo "held: NSYS_EXTRA=${NSYS_EXTRA:-(none: this nsys has no --cuda-event-trace)}"
       torchrun_step held
       NSYS_EXTRA= ;;
-    *) echo "unknown step $step (cases, residency, residency_gemms, allreduce, comm, held)" ;;
+    *) echo "unknown step $step (cases, copies, residency, residency_gemms, allreduce, comm, held)" ;;
   esac
 done

@@ -52,6 +52,7 @@
 --   sm_issue_pct        DOUBLE   SM Issue during it: issue slots used, averaged over every SM (% of peak)
 --   cycles              DOUBLE   duration in GPC clock cycles: dur_ns x gpc_clock_mhz / 1000
 --   co_dram_pct         DOUBLE   co-runners' isolated DRAM rate while overlapping it (% of peak)
+--   co_kernel_dram_pct  DOUBLE   the same, of the co-running kernels alone (copies and sets left out; % of peak)
 --   co_working_set_bytes DOUBLE  profiled co-runners' working sets while overlapping it (bytes, Nsight Compute)
 --   co_sm_issue_pct     DOUBLE   co-runners' isolated SM Issue while overlapping it (% of peak, averaged over the
 --                                device's SMs; NULL where one's is unknown)
@@ -78,6 +79,7 @@ SELECT run_id, device_id, activity_id, activity, kind, corunner_kind AS activity
        CASE WHEN dur_ns > 0 AND sm_count > 0
             THEN least(1.0, comm_sm_ns::DOUBLE / dur_ns / sm_count) END AS comm_sm_share,
        sm_count, samples, sm_active_pct, dram_pct, gpc_clock_mhz, nvlink_pct, pcie_pct, sm_issue_pct,
-       dur_ns * gpc_clock_mhz / 1000 AS cycles, co_dram_pct, co_working_set_bytes, co_sm_issue_pct,
+       dur_ns * gpc_clock_mhz / 1000 AS cycles, co_dram_pct, co_kernel_dram_pct, co_working_set_bytes,
+       co_sm_issue_pct,
        power_w, nvml_sm_clock_mhz, throttle_reasons
 FROM _instance_parts

@@ -44,6 +44,7 @@
 --   own_dram_pct        DOUBLE   its own isolated DRAM rate (% of peak)
 --   working_set_bytes   DOUBLE   its working set (bytes, Nsight Compute)
 --   co_dram_pct         DOUBLE   co-runners' isolated DRAM rate while overlapping it (% of peak)
+--   co_kernel_dram_pct  DOUBLE   the same, of the co-running kernels alone (copies and sets left out; % of peak)
 --   co_working_set_bytes DOUBLE  profiled co-runners' working sets while overlapping it (bytes, Nsight Compute)
 --   own_sm_issue_pct    DOUBLE   its own isolated SM Issue (% of peak, averaged over every SM; _activity_dram)
 --   co_sm_issue_pct     DOUBLE   co-runners' isolated SM Issue while overlapping it (% of peak, averaged over the

@@ -27,6 +27,7 @@
 --   own_dram_pct        DOUBLE   its own isolated DRAM rate (% of peak; _activity_dram)
 --   working_set_bytes   DOUBLE   its working set (bytes, Nsight Compute; _activity_dram)
 --   co_dram_pct         DOUBLE   co-runners' isolated DRAM rate while overlapping it (% of peak)
+--   co_kernel_dram_pct  DOUBLE   the same, of the co-running kernels alone (copies and sets left out; % of peak)
 --   co_working_set_bytes DOUBLE  profiled co-runners' working sets while overlapping it (bytes, Nsight Compute)
 --   own_sm_issue_pct    DOUBLE   its own isolated SM Issue (% of peak, averaged over every SM; _activity_dram)
 --   co_sm_issue_pct     DOUBLE   co-runners' isolated SM Issue while overlapping it (% of peak, averaged over the
@@ -50,7 +51,7 @@ WITH sampled AS (
 SELECT a.run_id, a.device_id, a.activity_id, o.comm_overlap_ns, o.compute_overlap_ns, o.copy_overlap_ns,
        o.overlap_ns, o.corunner_sm_ns, o.comm_sm_ns, o.exclusive_sm_ns, o.exclusive_start_sm_ns, o.sm_count, m.samples,
        m.sm_active_pct, m.dram_pct, m.gpc_clock_mhz, m.nvlink_pct, m.pcie_pct, m.sm_issue_pct, d.own_dram_pct,
-       r.working_set_bytes, d.co_dram_pct, d.co_working_set_bytes, r.sm_issue_pct AS own_sm_issue_pct,
+       r.working_set_bytes, d.co_dram_pct, d.co_kernel_dram_pct, d.co_working_set_bytes, r.sm_issue_pct AS own_sm_issue_pct,
        d.co_sm_issue_pct, c.step_start_ns, c.step_text, c.occurrence, g.nvtx, p.power_w, p.nvml_sm_clock_mhz,
        p.throttle_reasons
 FROM _activity_rows a

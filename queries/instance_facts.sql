@@ -54,6 +54,7 @@
 --   sm_issue_pct        DOUBLE   SM Issue during it: issue slots used, averaged over every SM (% of peak)
 --   cycles              DOUBLE   duration in GPC clock cycles: dur_ns x gpc_clock_mhz / 1000
 --   co_dram_pct         DOUBLE   co-runners' isolated DRAM rate while overlapping it (% of peak)
+--   co_kernel_dram_pct  DOUBLE   the same, of the co-running kernels alone (copies and sets left out; % of peak)
 --   co_working_set_bytes DOUBLE  profiled co-runners' working sets while overlapping it (bytes, Nsight Compute)
 --   co_sm_issue_pct     DOUBLE   co-runners' isolated SM Issue while overlapping it (% of peak, averaged over the
 --                                device's SMs; NULL where one's is unknown)
@@ -68,7 +69,8 @@ SELECT f.run_id, f.device_id, f.activity_id, f.activity, f.kind, f.activity_clas
        f.copy_overlap_ns, f.overlap_ns, f.overlap_fraction, f.comm_fraction, f.corunner_kind, f.corunner_sms,
        f.exclusive_sms, f.exclusive_sms_start,
        f.sm_share, f.comm_sm_share, f.sm_count, f.samples, f.sm_active_pct, f.dram_pct, f.gpc_clock_mhz,
-       f.nvlink_pct, f.pcie_pct, f.sm_issue_pct, f.cycles, f.co_dram_pct, f.co_working_set_bytes, f.co_sm_issue_pct,
+       f.nvlink_pct, f.pcie_pct, f.sm_issue_pct, f.cycles, f.co_dram_pct, f.co_kernel_dram_pct,
+       f.co_working_set_bytes, f.co_sm_issue_pct,
        f.power_w, f.nvml_sm_clock_mhz,
        f.throttle_reasons
 FROM _instance_facts f LEFT JOIN _signatures s USING (sig)

@@ -23,10 +23,16 @@
 --     slowed by x = u_v u_c / (1 - u_c) (its waits not hidden by its other warps; this is never less than sharing the
 --     slots in proportion to demand, u_v + u_c - 1), at most x = 1 (an equal share of the slots for a victim that
 --     issues every cycle). x = 1 when either side's SM Issue is unknown.
--- DRAM: when the victim's and co-runners' isolated rates together exceed saturation, and the rate measured during
---     the instance shows DRAM busy (dram_busy_frac of saturation; no metrics: the demand alone), the bandwidth is
---     shared in proportion to demand: the victim keeps sat * r_v / (r_v + r_c), x = (r_v + r_c) / sat - 1 (every
---     stream waits on the same queue, so each is slowed by the demand's excess over what DRAM serves).
+-- DRAM: copy engines (copies and sets) yield DRAM to the SMs' traffic: a DMA engine keeps a few requests in flight
+--     where the SMs of a kernel keep thousands. So a kernel shares DRAM with the co-running kernels alone (r_k, their
+--     isolated rates; the copies beside it are left out): when its and their isolated rates together exceed
+--     saturation, and the rate measured during the instance shows DRAM busy (dram_busy_frac of saturation; no
+--     metrics: the demand alone), the bandwidth is shared in proportion to demand: the victim keeps
+--     sat * r_v / (r_v + r_k), x = (r_v + r_k) / sat - 1 (every stream waits on the same queue, so each is slowed by
+--     the demand's excess over what DRAM serves). A copy or set beside kernels with memory traffic (r_k at least
+--     footprint_min_pct) gets a share copy_share (calibrated) of the bandwidth they leave, sat - r_k, shared with
+--     the other copies (r_c - r_k) in proportion to demand; no witness gates it (the DRAM measured then is low
+--     because the copy waits). Copies beside copies alone share DRAM as kernels do, with every co-runner (r_c).
 -- cache: for kernels (a copy engine streams, with no reuse to lose), beside co-runners with a footprint (isolated DRAM
 --     rate >= footprint_min_pct, or a profiled working set), with DRAM busy where the demand alone saturates it (else
 --     busy DRAM is the demand's own traffic): the victim's L2 reuse lost. Co-runners
@@ -56,6 +62,7 @@
 --   memory_bound        BOOLEAN  isolated DRAM rate >= memory_bound_frac of saturation
 --   dram_iso_pct        DOUBLE   the victim's isolated DRAM rate (% of peak; GPU metrics, else Nsight Compute)
 --   co_dram_pct         DOUBLE   co-runners' isolated DRAM rate while overlapping it (% of peak)
+--   co_kernel_dram_pct  DOUBLE   the same, of the co-running kernels alone (% of peak)
 --   dram_pct            DOUBLE   device DRAM rate measured during it (% of peak): a witness
 --   dram_sat_pct        DOUBLE   the device's DRAM saturation (_device_calibration)
 --   extra_bytes_frac    DOUBLE   witness only: DRAM traffic during it beyond what victim and co-runners move alone
@@ -92,7 +99,8 @@ WITH inst AS (
                       THEN coalesce(i.exclusive_sms_start, 0) ELSE coalesce(i.exclusive_sms, 0) END, i.sm_count)
                AS taken,
            least(coalesce(i.exclusive_sms, 0), i.sm_count) AS held_exclusive,
-           coalesce(p.dram_pct_iso, n.dram_pct) AS r_v, i.co_dram_pct AS r_c, i.dram_pct AS c_dram,
+           coalesce(p.dram_pct_iso, n.dram_pct) AS r_v, i.co_dram_pct AS r_c, i.co_kernel_dram_pct AS r_k,
+           i.dram_pct AS c_dram,
            coalesce(b.clock0_mhz, p.gpc_clock_mhz_iso) AS clock_iso, i.gpc_clock_mhz AS clock, p.power_w_iso AS power_iso, i.power_w,
            -- issue slots used alone: the victim's on the SMs it ran on, its co-runners' on every SM
            least(1, p.sm_issue_pct_iso / nullif(p.sm_active_pct_iso, 0)) AS u_v, i.co_sm_issue_pct / 100 AS u_c,
@@ -101,7 +109,7 @@ WITH inst AS (
            greatest(c.dram_sat_pct, coalesce(p.dram_pct_iso, n.dram_pct, 0)) AS sat, c.dram_per_sm_pct AS per_sm,
            t.memory_bound_frac, t.dram_busy_frac, t.footprint_min_pct, t.extra_traffic_min_pct,
            k.sm_band, CASE WHEN i.activity = 'kernel' THEN k.dram_bw_band ELSE k.dram_bw_copy_band END AS dram_bw_band,
-           k.cache_band, k.clock_band, k.link_band, k.cache_in_overlap
+           k.cache_band, k.clock_band, k.link_band, k.cache_in_overlap, k.copy_share
     FROM instance_facts i JOIN _instance_baselines b USING (run_id, activity_id)
     -- the medians over the isolated instances of its pool (traceql.attribution.baselines)
     LEFT JOIN _signature_stats p ON p.group_id = b.group_id
@@ -169,9 +177,19 @@ WITH inst AS (
                OR x.activity_id IS NOT NULL AS footprint,
            -- the witness: DRAM measured busy during the instance (NULL without GPU metrics)
            c_dram >= dram_busy_frac * sat AS measured_busy,
-           -- the victim's DRAM share: its demand, or past saturation its part of it in proportion to demand
-           CASE WHEN r_v + coalesce(r_c, 0) > sat THEN sat * r_v / (r_v + coalesce(r_c, 0)) ELSE r_v END AS dram_kept
+           -- a copy engine beside kernels with memory traffic: they leave it a share of what they do not use
+           coalesce(activity <> 'kernel' AND r_k >= footprint_min_pct, false) AS yields,
+           -- the demand it shares DRAM with: a kernel's, the co-running kernels'; a copy's, every co-runner's
+           CASE WHEN activity = 'kernel' THEN r_k ELSE r_c END AS r_d
     FROM inst LEFT JOIN extra_traffic x USING (run_id, activity_id)
+), kept AS (
+    SELECT *,
+           -- the victim's DRAM share: its demand, or past saturation its part of it in proportion to demand; a copy
+           -- that yields: its part of copy_share of what the kernels leave, shared with the other copies
+           CASE WHEN yields THEN least(r_v, copy_share * greatest(0, sat - r_k) * r_v
+                                            / (r_v + greatest(0, coalesce(r_c, 0) - r_k)))
+                WHEN r_v + coalesce(r_d, 0) > sat THEN sat * r_v / (r_v + coalesce(r_d, 0)) ELSE r_v END AS dram_kept
+    FROM shaped
 ), in_overlap AS (
     -- each factor's slowdown while overlapped (x), from demand and the device alone
     SELECT *,
@@ -184,8 +202,10 @@ WITH inst AS (
              WHEN free < 1 THEN 1
              WHEN memory_bound THEN greatest(0, r_v / least(sat, per_sm * free) - 1)
              ELSE least(ctas, occ * s_count) / (occ * free) - 1 END AS x_sm,
-        -- without GPU metrics, the demand alone decides
-        CASE WHEN coalesce(measured_busy, true) AND r_v > 0 AND r_c IS NOT NULL AND r_v + r_c > sat
+        -- a copy that yields waits for the bandwidth the kernels leave it (at most a millionfold slower while
+        -- overlapped, where they leave none); else, without GPU metrics, the demand alone decides
+        CASE WHEN yields AND r_v > 0 AND copy_share IS NOT NULL THEN r_v / greatest(dram_kept, 1e-6 * r_v) - 1
+             WHEN coalesce(measured_busy, true) AND r_v > 0 AND r_d IS NOT NULL AND r_v + r_d > sat
              THEN r_v / dram_kept - 1 ELSE 0 END AS x_dram,
         -- a copy engine streams: it has no reuse in L2 to lose
         CASE WHEN activity <> 'kernel' OR NOT coalesce(footprint AND r_v > 0, false) THEN 0
@@ -203,7 +223,7 @@ WITH inst AS (
              -- (+ 0.0: a clock above the isolated one times a zero weight is -0.0, which would print as such)
              ELSE (clock_iso / clock - 1) * (1 - least(1, coalesce(r_v, 0) / sat)) + 0.0 END AS x_clock,
         CASE WHEN activity_class = 'comm' AND f > 0 THEN 0.5 * comm_fraction / f ELSE 0 END AS x_link
-    FROM shaped
+    FROM kept
 ), predicted AS (
     -- over the whole instance: 1+x times slower for the overlapped share f of it
     SELECT *,
@@ -215,7 +235,8 @@ WITH inst AS (
     FROM in_overlap
 )
 SELECT run_id, device_id, activity_id, group_id, work_ns / t0_ns - 1 AS observed, f, held AS held_sms,
-       free AS free_sms, occ AS occupancy, memory_bound, r_v AS dram_iso_pct, r_c AS co_dram_pct, c_dram AS dram_pct,
+       free AS free_sms, occ AS occupancy, memory_bound, r_v AS dram_iso_pct, r_c AS co_dram_pct, r_k AS co_kernel_dram_pct,
+       c_dram AS dram_pct,
        sat AS dram_sat_pct,
        (c_dram * dur_ns - (r_v * t0_ns + coalesce(r_c, 0) * f * t0_ns)) / nullif(r_v * t0_ns + coalesce(r_c, 0) * f
            * t0_ns, 0) AS extra_bytes_frac,

@@ -115,6 +115,8 @@
 --   co_sm_issue_pct      DOUBLE   co-runners' isolated SM Issue while overlapping (% of peak; co-resident SM model)
 --   gpc_clock_mhz_base   DOUBLE   the GPC clock the clock factor compares with: the isolated instances' its baseline
 --                                 duration comes from (the nearest in time where the baseline drifts; median, MHz)
+--   co_kernel_dram_pct   DOUBLE   witness: co-running kernels' isolated DRAM rate while overlapping (% of peak; copies
+--                                 and sets left out: the demand a kernel shares DRAM with, and copies yield to)
 WITH demand AS (
     SELECT k.*, p.* EXCLUDE (group_id), k.occupancy AS launch_occupancy, coalesce(n.ctas_per_sm, k.occupancy) AS occ,
            CASE WHEN n.ctas_per_sm IS NOT NULL THEN 'ncu' ELSE 'launch' END AS occupancy_source,
@@ -259,5 +261,5 @@ SELECT run_id, device_id, nvtx, group_id, activity, kind, name, short_name, grid
        nvlink_pct_ovl, pcie_pct_ovl, co_dram_pct, dram_sat_pct, dram_busy, memory_bound, extra_bytes_frac, footprint,
        clock_power, occupancy_source, launch_occupancy, ncu_match, ncu_ctas_per_sm, ncu_dram_pct, ncu_l2_hit_pct,
        ncu_working_set_bytes, co_working_set_bytes, l2_bytes, cache_evidence, sm_issue_pct_iso, co_sm_issue_pct,
-       clock_base_mhz AS gpc_clock_mhz_base
+       clock_base_mhz AS gpc_clock_mhz_base, co_kernel_dram_pct
 FROM judged

@@ -62,6 +62,7 @@
 --   power_w_iso         DOUBLE   NVML power around isolated instances (W), median
 --   power_w_ovl         DOUBLE   NVML power around overlapped instances (W), median
 --   co_dram_pct         DOUBLE   co-runners' isolated DRAM rate while overlapping (% of peak), time average
+--   co_kernel_dram_pct  DOUBLE   the same, of the co-running kernels alone (copies and sets left out), time average
 --   co_working_set_bytes DOUBLE  profiled co-runners' working sets while overlapping (bytes), time average
 --   sm_issue_pct_iso    DOUBLE   SM Issue during isolated instances (% of peak, averaged over every SM), median
 --   co_sm_issue_pct     DOUBLE   co-runners' isolated SM Issue while overlapping (% of peak), time average
@@ -93,6 +94,8 @@ WITH inst AS (
            (sum((comm_sm_share * dur_ns)::DECIMAL(38, 6)) FILTER (ovl))::DOUBLE / sum(dur_ns) FILTER (ovl) AS comm_sm_share,
            (sum((co_dram_pct * overlap_ns)::DECIMAL(38, 6)) FILTER (ovl))::DOUBLE / sum(overlap_ns) FILTER (ovl AND co_dram_pct IS NOT NULL)
                AS co_dram_pct,
+           (sum((co_kernel_dram_pct * overlap_ns)::DECIMAL(38, 6)) FILTER (ovl))::DOUBLE
+               / sum(overlap_ns) FILTER (ovl AND co_kernel_dram_pct IS NOT NULL) AS co_kernel_dram_pct,
            (sum((co_working_set_bytes * overlap_ns)::DECIMAL(38, 0)) FILTER (ovl))::DOUBLE
                / sum(overlap_ns) FILTER (ovl AND co_working_set_bytes IS NOT NULL) AS co_working_set_bytes,
            (sum((co_sm_issue_pct * overlap_ns)::DECIMAL(38, 6)) FILTER (ovl))::DOUBLE
@@ -109,6 +112,7 @@ SELECT s.run_id, s.device_id, s.group_id, s.nvtx, a.activity, a.kind, a.name, a.
             WHEN a.compute_ov >= a.copy_ov THEN 'compute' ELSE 'copy' END AS corunner_kind,
        a.corunner_sms, a.sm_share, a.comm_sm_share, s.dram_pct_iso, s.dram_pct_ovl, s.gpc_clock_mhz_iso,
        s.gpc_clock_mhz_ovl, s.cycles_iso, s.cycles_ovl, s.sm_active_pct_iso, s.sm_active_pct_ovl, s.nvlink_pct_ovl,
-       s.pcie_pct_ovl, s.power_w_iso, s.power_w_ovl, a.co_dram_pct, a.co_working_set_bytes, s.sm_issue_pct_iso,
+       s.pcie_pct_ovl, s.power_w_iso, s.power_w_ovl, a.co_dram_pct, a.co_kernel_dram_pct, a.co_working_set_bytes,
+       s.sm_issue_pct_iso,
        a.co_sm_issue_pct
 FROM _signature_stats s JOIN agg a USING (group_id)

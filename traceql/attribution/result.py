@@ -34,7 +34,8 @@ from .baselines import ISO_MEDIANS, External
 #    path_other_devices_ms, path_set_by_device_id, path_wait_reached_ms
 # 10: gpc_clock_mhz_base (the clock the clock factor compares with: its baselines', where a drifting baseline takes
 #     the nearest isolated instances in time)
-JSON_SCHEMA_VERSION = 10
+# 11: co_kernel_dram_pct (the co-running kernels' DRAM demand: copy engines yield DRAM to kernels)
+JSON_SCHEMA_VERSION = 11
 FACTORS = ("sm", "dram_bw", "cache", "clock", "link")
 # the files Attribution.write puts in its folder, in the order they are uploaded (attribution.json last)
 OUT_FILES = ("kernels.parquet", "summary.parquet", "attribution.json")
@@ -161,7 +162,7 @@ KERNEL_COLUMNS = """run_id, device_id, nvtx, group_id, activity, kind, name, sho
     sm_active_pct_ovl, nvlink_pct_ovl, pcie_pct_ovl, co_dram_pct, dram_sat_pct, dram_busy, memory_bound,
     extra_bytes_frac, footprint, clock_power, occupancy_source, launch_occupancy, ncu_match, ncu_ctas_per_sm,
     ncu_dram_pct, ncu_l2_hit_pct, ncu_working_set_bytes, co_working_set_bytes, l2_bytes, cache_evidence,
-    wait_excluded_ns, sm_issue_pct_iso, co_sm_issue_pct, gpc_clock_mhz_base"""
+    wait_excluded_ns, sm_issue_pct_iso, co_sm_issue_pct, gpc_clock_mhz_base, co_kernel_dram_pct"""
 # compute kernels beside communication lead (the question traceql answers first), then what cost the most time;
 # the tail of the key makes the order total, so the same input always gives the same output
 KERNEL_ORDER = """(kind = 'compute' AND comm_fraction > 0) DESC, significant DESC,

@@ -271,13 +271,14 @@ SWEPT = pa.schema([
     *((c, pa.int64()) for c in OVERLAP_COLUMNS), ("sm_count", pa.int32()),
     ("samples", pa.int64()), *((m, pa.float64()) for m in METRICS),
     ("own_dram_pct", pa.float64()), ("working_set_bytes", pa.float64()), ("co_dram_pct", pa.float64()),
-    ("co_working_set_bytes", pa.float64()), ("own_sm_issue_pct", pa.float64()), ("co_sm_issue_pct", pa.float64()),
+    ("co_kernel_dram_pct", pa.float64()), ("co_working_set_bytes", pa.float64()), ("own_sm_issue_pct", pa.float64()),
+    ("co_sm_issue_pct", pa.float64()),
     ("step_start_ns", pa.int64()), ("step_text", pa.string()), ("occurrence", pa.int64()), ("nvtx", pa.string()),
     ("power_w", pa.float64()), ("nvml_sm_clock_mhz", pa.float64()), ("throttle_reasons", pa.int64()),
 ])
 # NULL where NaN: the float columns whose SQL is NULL where nothing is measured or nothing overlaps
-NAN_IS_NULL = (*METRICS, "working_set_bytes", "co_dram_pct", "co_working_set_bytes", "own_sm_issue_pct",
-               "co_sm_issue_pct")
+NAN_IS_NULL = (*METRICS, "working_set_bytes", "co_dram_pct", "co_kernel_dram_pct", "co_working_set_bytes",
+               "own_sm_issue_pct", "co_sm_issue_pct")
 # the views the pass replaces, each a projection of _instance_parts: (columns after run and device, condition)
 PROJECTIONS = {
     "_instance_sweeps": (f"activity_id, {', '.join(SWEPT.names)}", ""),
@@ -285,7 +286,8 @@ PROJECTIONS = {
     "_instance_metrics": (f"activity_id, samples, {', '.join(METRICS)}", "samples IS NOT NULL"),
     "_activity_dram": ("activity_id, start_ns, end_ns, own_dram_pct AS dram_pct, working_set_bytes, "
                        "own_sm_issue_pct AS sm_issue_pct", ""),
-    "_corunner_dram": ("activity_id, own_dram_pct, co_dram_pct, co_working_set_bytes, co_sm_issue_pct", ""),
+    "_corunner_dram": ("activity_id, own_dram_pct, co_dram_pct, co_kernel_dram_pct, co_working_set_bytes, "
+                       "co_sm_issue_pct", ""),
 }
 
 
@@ -660,6 +662,9 @@ def _sweeps(con: duckdb.DuckDBPyConnection) -> None:
         out["own_dram_pct"], out["working_set_bytes"] = rate[own], ws[own]
         co_rate, co_ws = _corunner_demand(res.boundaries, dur, over, rate, ws)
         out["co_dram_pct"], out["co_working_set_bytes"] = co_rate[own], co_ws[own]
+        # the same demand, of the co-running kernels alone (copy engines yield DRAM to the SMs' traffic)
+        out["co_kernel_dram_pct"] = _corunner_rate(res.boundaries, dur, over,
+                                                   np.where(np.ma.getdata(a["_kernel"]), rate, 0.0))[own]
         issue = _isolated_issue(a, sig, alone["sm_issue_pct"], solo["sm_issue_pct"][:2])
         out["own_sm_issue_pct"] = issue[own]
         out["co_sm_issue_pct"] = _corunner_issue(res.boundaries, dur, over, issue)[own]
@@ -891,12 +896,19 @@ def _corunner_demand(b: sweeps.Boundaries, dur: np.ndarray, over: np.ndarray, ow
     less the activity's own part."""
     known = ~np.isnan(ws)
     ws = np.where(known, ws, 0.0)
-    co_rate = np.maximum(0.0, b.integral(own) - own * dur)
     co_ws = np.maximum(0.0, b.integral(ws) - ws * dur)
     profiled_others = b.integral(mask=known) - known * dur
     with np.errstate(invalid="ignore", divide="ignore"):
-        return (np.where(over > 0, co_rate / over, np.nan),
+        return (_corunner_rate(b, dur, over, own),
                 np.where((over > 0) & (profiled_others > 0), co_ws / over, np.nan))
+
+
+def _corunner_rate(b: sweeps.Boundaries, dur: np.ndarray, over: np.ndarray, own: np.ndarray) -> np.ndarray:
+    """The co-runners' summed rate ``own`` (each activity's, 0 for those left out) while they overlapped each
+    activity (NaN where nothing did): an integral over the device's boundaries less the activity's own part."""
+    co = np.maximum(0.0, b.integral(own) - own * dur)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(over > 0, co / over, np.nan)
 
 
 def _column(rows: pa.Table | None, column: str) -> np.ndarray | np.ma.MaskedArray:
