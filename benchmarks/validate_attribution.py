@@ -185,28 +185,26 @@ def in_overlap(s: float, f: float) -> float:
     return s / d if d > 0 else math.inf
 
 
-def copy_share(rows: list[dict]) -> float | None:
-    """The share of the DRAM bandwidth the kernels leave (saturation less their isolated rates) that a copy engine
-    beside them got, pooled over the calibration rows of copies whose known cause is DRAM bandwidth: the rate each
-    kept while overlapped (its isolated rate over 1 + x) summed, over the bandwidth left summed (a row where the
-    kernels left almost nothing says little about the share, and weighs little)."""
-    kept = left = 0.0
+def copy_rate(rows: list[dict]) -> float | None:
+    """The DRAM rate a copy engine keeps beside kernels with memory traffic (% of peak): the median, over the
+    calibration rows of copies whose known cause is DRAM bandwidth, of the rate each kept while overlapped (its
+    isolated rate over 1 + x, x its slowdown while overlapped)."""
+    kept = []
     for x in rows:
         r = x["row"]
         if x["expected"] != "dram_bw" or r["activity"] == "kernel" or r["slowdown"] is None:
             continue
-        if r["dram_pct_iso"] is None or r["co_kernel_dram_pct"] is None or not r["overlap_fraction"]:
+        if r["dram_pct_iso"] is None or not r["overlap_fraction"]:
             continue
-        kept += r["dram_pct_iso"] / (1 + in_overlap(r["slowdown"], r["overlap_fraction"]))
-        left += max(0.0, r["dram_sat_pct"] - r["co_kernel_dram_pct"])
-    return kept / left if left > 0 else None
+        kept.append(r["dram_pct_iso"] / (1 + in_overlap(r["slowdown"], r["overlap_fraction"])))
+    return float(np.median(kept)) if kept else None
 
 
-def calibrate(rows: list[dict], kappa: float | None = None, share: float | None = None) -> dict[str, float | None]:
+def calibrate(rows: list[dict], kappa: float | None = None, rate: float | None = None) -> dict[str, float | None]:
     """The constants of _calibration from the calibration rows (their known causes and the models' predictions).
 
     The in-overlap loss of lost L2 reuse is the median over the cache rows of the loss the other factors leave,
-    brought to the overlapped time; the copy engines' share of the bandwidth kernels leave is :func:`copy_share`;
+    brought to the overlapped time; the rate copy engines keep beside kernels is :func:`copy_rate`;
     each band is the QUANTILE of |observed - predicted| over the rows of that cause (DRAM: kernels and copy engines
     apart, two models)."""
     if kappa is None:
@@ -228,7 +226,7 @@ def calibrate(rows: list[dict], kappa: float | None = None, share: float | None 
                                                                  "link")}
     out.update({f"{k}_band": float(np.quantile(v, QUANTILE)) for k, v in bands.items()})
     out["cache_in_overlap"] = kappa
-    out["copy_share"] = copy_share(rows) if share is None else share
+    out["copy_rate_pct"] = copy_rate(rows) if rate is None else rate
     out["calibration_rows"] = len(rows)
     return out
 
@@ -384,10 +382,10 @@ def main(argv=None) -> int:
         attr = attributor(Path(tmp))
         if args.calibrate:
             first = calibrate(known_cause_rows(attr, CALIBRATION))
-            # the cache loss and the copies' share first: the bands are the errors of the models they complete
+            # the cache loss and the copies' rate first: the bands are the errors of the models they complete
             write_calibration(first)
             write_calibration(calibrate(known_cause_rows(attr, CALIBRATION), first["cache_in_overlap"],
-                                        first["copy_share"]))
+                                        first["copy_rate_pct"]))
         judged = {}
         for name, traces in sets().items():
             judged[name] = known_cause_rows(attr, traces)

@@ -10,7 +10,8 @@
 #              one nsys around torchrun -> $OUT/eval_allreduce_<gpu>x2.sqlite.xz and .log
 #   comm       collectors/eval_comm.py under torchrun --nproc-per-node 2 (needs 2 GPUs), NCCL's default CTAs,
 #              one nsys around torchrun -> $OUT/eval_comm_<gpu>x2.sqlite.xz and .log
-#   copies     collectors/eval_copies.py on GPU 0 (copy engines beside kernels) -> $OUT/eval_copies_<gpu>.sqlite.xz, .log
+#   copies     collectors/eval_copies.py on GPU 0 (copy engines beside kernels; COPIES_ARGS: its arguments)
+#              -> $OUT/eval_copies_<gpu>.sqlite.xz, .log
 #   residency  collectors/residency.py on GPU 0 (calibration data for the SM model) -> $OUT/residency_<gpu>.sqlite.xz
 #   residency_gemms  collectors/residency.py --case gemms (a check of the delays rule) -> residency_gemms_<gpu>...
 #   held       collectors/eval_held.py the same way, nsys also tracing CUDA events (--cuda-event-trace=true, where
@@ -82,7 +83,7 @@ for step in ${EVAL_STEPS:-cases}; do
       rm -f "$W"/eval_copies*
       {
         echo "### gpu $gpu"; versions
-        profile eval_copies "eval_copies_$gpu" 0 300 python3 "$C/eval_copies.py" --profile-range
+        profile eval_copies "eval_copies_$gpu" 0 300 python3 "$C/eval_copies.py" --profile-range ${COPIES_ARGS:-}
       } 2>&1 | tee "$OUT/eval_copies_$gpu.log" ;;
     residency)
       # calibration data, not evaluation: collectors/residency.py (tests/data/calibration/residency/README.md)

@@ -21,7 +21,15 @@ Sides:
   victim (the one co-runner that is not a pair: it is not judged, it never runs alone).
 
 Cases: ``triton_add_d2d``, ``softmax_d2d``, ``sdpa_d2d``, ``triton_add_h2d`` (a kernel beside copies),
-``triton_add_softmax`` (two DRAM-bound kernels), ``conv_hold_half`` (cuDNN convolution beside hold_spin on S/2 SMs).
+``triton_add_softmax`` (two DRAM-bound kernels), ``conv_hold_half`` (cuDNN convolution beside hold_spin on S/2 SMs):
+the default set. A fourth set (``--cases`` ``CASES_4``), for the rule as revised after the third: ``cumsum_d2d``,
+``sort_d2d``, ``mm_fp32_d2d``, ``cumsum_d2h`` and ``d2d_twin``, with these sides:
+
+* ``cumsum``: ``torch.cumsum`` over 256 M fp32 (PyTorch's scan);
+* ``sort``: ``torch.sort`` of 64 M fp32 (CUB's radix sort: several DRAM-bound passes);
+* ``mm_fp32``: ``torch.mm`` fp32 4096^3 with TF32 off (SIMT single-precision GEMM);
+* ``d2h``: a copy of 256 MiB to pinned host memory;
+* ``d2d2``: a second same-device copy of 1 GiB, other buffers (the twin of ``d2d``).
 """
 
 from __future__ import annotations
@@ -59,6 +67,16 @@ PAIRS = {
 }
 HELD = {"conv_hold_half": ("conv", dict(expect="sm", cause="sms"))}
 CASES = (*PAIRS, *HELD)
+# the fourth set (tests/data/eval/EXPECTED.md, "Copy engines, the rule revised")
+PAIRS_4 = {
+    "cumsum_d2d": ("cumsum", "d2d", dict(expect_kernel="none", expect_copy="dram_bw", cause="copy_engine")),
+    "sort_d2d": ("sort", "d2d", dict(expect_kernel="none", expect_copy="dram_bw", cause="copy_engine")),
+    "mm_fp32_d2d": ("mm_fp32", "d2d", dict(expect_kernel="none", expect_copy="dram_bw", cause="copy_engine")),
+    "cumsum_d2h": ("cumsum", "d2h", dict(expect_kernel="none", expect_copy="none", cause="copy_engine")),
+    "d2d_twin": ("d2d", "d2d2", dict(expect_copy="dram_bw", cause="dram")),
+}
+PAIRS.update(PAIRS_4)
+CASES_4 = tuple(PAIRS_4)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -97,8 +115,17 @@ class EvalCopies(CudaBench):
         self.d2d_dst = torch.empty_like(self.d2d_src)
         self.h2d_src = torch.rand(256 * MiB // 4).pin_memory()
         self.h2d_dst = torch.empty(256 * MiB // 4, device="cuda")
+        self.d2h_src = torch.rand(256 * MiB // 4, device="cuda", generator=gen)
+        self.d2h_dst = torch.empty(256 * MiB // 4).pin_memory()
+        self.d2d2_src, self.d2d2_dst = torch.rand(GiB // 4, device="cuda", generator=gen), torch.empty(GiB // 4,
+                                                                                                       device="cuda")
+        self.cs_in = torch.rand(256 * MiB, device="cuda", generator=gen)
+        self.sort_in = torch.rand(64 * MiB, device="cuda", generator=gen)
+        self.mm_a, self.mm_b = (torch.randn(4096, 4096, device="cuda", generator=gen) for _ in range(2))
+        torch.backends.cuda.matmul.allow_tf32 = False
         self.sides = {"triton_add": self.add, "softmax": self.softmax, "sdpa": self.sdpa, "conv": self.conv,
-                      "d2d": self.d2d, "h2d": self.h2d}
+                      "d2d": self.d2d, "h2d": self.h2d, "cumsum": self.cumsum, "sort": self.sort,
+                      "mm_fp32": self.mm_fp32, "d2h": self.d2h, "d2d2": self.d2d2}
         torch.cuda.synchronize()
 
     # sides -----------------------------------------------------------------
@@ -120,6 +147,21 @@ class EvalCopies(CudaBench):
 
     def h2d(self):
         self.h2d_dst.copy_(self.h2d_src, non_blocking=True)
+
+    def d2h(self):
+        self.d2h_dst.copy_(self.d2h_src, non_blocking=True)
+
+    def d2d2(self):
+        self.d2d2_dst.copy_(self.d2d2_src, non_blocking=True)
+
+    def cumsum(self):
+        self.torch.cumsum(self.cs_in, dim=0)
+
+    def sort(self):
+        self.torch.sort(self.sort_in)
+
+    def mm_fp32(self):
+        self.torch.mm(self.mm_a, self.mm_b)
 
     def hold(self, ctas: int, duration_ns: float):
         self.k_hold((ctas,), (512,), (self.np.uint64(int(duration_ns)), self.sink),

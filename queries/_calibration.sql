@@ -12,14 +12,14 @@
 --   clock_band         DOUBLE   clock model's error band
 --   link_band          DOUBLE   link model's error band
 --   cache_in_overlap   DOUBLE   lost L2 reuse: slowdown while overlapped, when no profile gives the victim's hit rate
---   copy_share         DOUBLE   the share of the DRAM bandwidth kernels leave that copy engines beside them get
+--   copy_rate_pct      DOUBLE   the DRAM rate a copy engine keeps beside kernels with memory traffic (% of peak)
 --   calibration_rows   INTEGER  known-cause rows the constants come from
 SELECT 0.1739::DOUBLE AS sm_band,
        0.128804::DOUBLE AS dram_bw_band,
-       0.058356::DOUBLE AS dram_bw_copy_band,
+       0.132785::DOUBLE AS dram_bw_copy_band,
        0.409853::DOUBLE AS cache_band,
        NULL::DOUBLE AS clock_band,
        NULL::DOUBLE AS link_band,
        2.212762::DOUBLE AS cache_in_overlap,
-       0.067223::DOUBLE AS copy_share,
+       1.679911::DOUBLE AS copy_rate_pct,
        24::INTEGER AS calibration_rows

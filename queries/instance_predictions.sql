@@ -24,17 +24,18 @@
 --     slots in proportion to demand, u_v + u_c - 1), at most x = 1 (an equal share of the slots for a victim that
 --     issues every cycle). x = 1 when either side's SM Issue is unknown.
 -- DRAM: copy engines (copies and sets) yield DRAM to the SMs' traffic: a DMA engine keeps a few requests in flight
---     where the SMs of a kernel keep thousands. So a kernel shares DRAM with the co-running kernels alone (r_k, their
---     isolated rates; the copies beside it are left out): when its and their isolated rates together exceed
+--     where the SMs of a kernel keep thousands. A copy or set beside kernels with memory traffic (r_k, the co-running
+--     kernels' isolated rates, at least footprint_min_pct) keeps at most copy_rate_pct (calibrated) of the DRAM
+--     bandwidth, shared with the other copies beside it (r_c - r_k) in proportion to demand; no witness gates it (the
+--     DRAM measured then is low because the copy waits). A kernel shares DRAM with the co-running kernels and with the
+--     copies at the rate they keep (at most copy_rate_pct together): when its and their rates together exceed
 --     saturation, and the rate measured during the instance shows DRAM busy (dram_busy_frac of saturation; no
 --     metrics: the demand alone), the bandwidth is shared in proportion to demand: the victim keeps
---     sat * r_v / (r_v + r_k), x = (r_v + r_k) / sat - 1 (every stream waits on the same queue, so each is slowed by
---     the demand's excess over what DRAM serves). A copy or set beside kernels with memory traffic (r_k at least
---     footprint_min_pct) gets a share copy_share (calibrated) of the bandwidth they leave, sat - r_k, shared with
---     the other copies (r_c - r_k) in proportion to demand; no witness gates it (the DRAM measured then is low
---     because the copy waits). Copies beside copies alone share DRAM as kernels do, with every co-runner (r_c).
--- cache: for kernels (a copy engine streams, with no reuse to lose), beside co-runners with a footprint (isolated DRAM
---     rate >= footprint_min_pct, or a profiled working set), with DRAM busy where the demand alone saturates it (else
+--     sat * r_v / (r_v + r_d), x = (r_v + r_d) / sat - 1 (every stream waits on the same queue, so each is slowed by
+--     the demand's excess over what DRAM serves). Copies beside copies alone share DRAM the same way, with every
+--     co-runner (r_d = r_c).
+-- cache: for kernels (a copy engine streams, with no reuse to lose), beside co-runners with a footprint (the DRAM rate
+--     they bring, r_d, >= footprint_min_pct, or a profiled working set), with DRAM busy where the demand alone saturates it (else
 --     busy DRAM is the demand's own traffic): the victim's L2 reuse lost. Co-runners
 --     that live in L2 show no DRAM rate alone; their footprint shows as traffic neither side makes alone: the DRAM
 --     rate measured during the instance at least extra_traffic_min_pct above the victim's and co-runners' rates alone
@@ -109,7 +110,7 @@ WITH inst AS (
            greatest(c.dram_sat_pct, coalesce(p.dram_pct_iso, n.dram_pct, 0)) AS sat, c.dram_per_sm_pct AS per_sm,
            t.memory_bound_frac, t.dram_busy_frac, t.footprint_min_pct, t.extra_traffic_min_pct,
            k.sm_band, CASE WHEN i.activity = 'kernel' THEN k.dram_bw_band ELSE k.dram_bw_copy_band END AS dram_bw_band,
-           k.cache_band, k.clock_band, k.link_band, k.cache_in_overlap, k.copy_share
+           k.cache_band, k.clock_band, k.link_band, k.cache_in_overlap, k.copy_rate_pct
     FROM instance_facts i JOIN _instance_baselines b USING (run_id, activity_id)
     -- the medians over the isolated instances of its pool (traceql.attribution.baselines)
     LEFT JOIN _signature_stats p ON p.group_id = b.group_id
@@ -120,6 +121,13 @@ WITH inst AS (
     LEFT JOIN devices d ON d.run_id = i.run_id AND d.device_id = i.device_id
     CROSS JOIN _thresholds t CROSS JOIN _calibration k
     WHERE i.overlap_ns > 0 AND b.t0_ns > 0
+), demand AS (
+    -- the DRAM demand it shares with: a kernel's, the co-running kernels' and the copies' beside them at the rate
+    -- they keep (at most copy_rate_pct together); a copy's, every co-runner's
+    SELECT *, CASE WHEN activity = 'kernel'
+                   THEN r_k + least(greatest(0, r_c - r_k), coalesce(copy_rate_pct, greatest(0, r_c - r_k)))
+                   ELSE r_c END AS r_d
+    FROM inst
 ), known_demand AS (
     -- signatures whose DRAM rate alone was measured: an isolated instance with GPU metrics, samples taken while one
     -- of its instances ran alone for a stretch, or a Nsight Compute profile
@@ -166,28 +174,25 @@ WITH inst AS (
     WHERE a.running_at_start - a.self_unknown::INT
           + (coalesce(e.started_upto, 0) - a.started_at_start) = 0
 ), shaped AS (
-    SELECT inst.*,
+    SELECT demand.*,
            s_count - taken AS free,
            -- SMs co-runners that fit beside its CTAs held, on average while it ran
            greatest(0, held - held_exclusive) AS shared,
            coalesce(r_v >= memory_bound_frac * sat, false) AS memory_bound,
            x.activity_id IS NOT NULL AS extra_traffic,
-           coalesce(r_c >= footprint_min_pct, false) OR coalesce(co_working_set_bytes > 0, false) AS footprint_alone,
-           coalesce(r_c >= footprint_min_pct, false) OR coalesce(co_working_set_bytes > 0, false)
+           coalesce(r_d >= footprint_min_pct, false) OR coalesce(co_working_set_bytes > 0, false) AS footprint_alone,
+           coalesce(r_d >= footprint_min_pct, false) OR coalesce(co_working_set_bytes > 0, false)
                OR x.activity_id IS NOT NULL AS footprint,
            -- the witness: DRAM measured busy during the instance (NULL without GPU metrics)
            c_dram >= dram_busy_frac * sat AS measured_busy,
-           -- a copy engine beside kernels with memory traffic: they leave it a share of what they do not use
-           coalesce(activity <> 'kernel' AND r_k >= footprint_min_pct, false) AS yields,
-           -- the demand it shares DRAM with: a kernel's, the co-running kernels'; a copy's, every co-runner's
-           CASE WHEN activity = 'kernel' THEN r_k ELSE r_c END AS r_d
-    FROM inst LEFT JOIN extra_traffic x USING (run_id, activity_id)
+           -- a copy engine beside kernels with memory traffic: it keeps at most copy_rate_pct
+           coalesce(activity <> 'kernel' AND r_k >= footprint_min_pct, false) AS yields
+    FROM demand LEFT JOIN extra_traffic x USING (run_id, activity_id)
 ), kept AS (
     SELECT *,
            -- the victim's DRAM share: its demand, or past saturation its part of it in proportion to demand; a copy
-           -- that yields: its part of copy_share of what the kernels leave, shared with the other copies
-           CASE WHEN yields THEN least(r_v, copy_share * greatest(0, sat - r_k) * r_v
-                                            / (r_v + greatest(0, coalesce(r_c, 0) - r_k)))
+           -- that yields: its part of copy_rate_pct, shared with the other copies
+           CASE WHEN yields THEN least(r_v, copy_rate_pct * r_v / (r_v + greatest(0, coalesce(r_c, 0) - r_k)))
                 WHEN r_v + coalesce(r_d, 0) > sat THEN sat * r_v / (r_v + coalesce(r_d, 0)) ELSE r_v END AS dram_kept
     FROM shaped
 ), in_overlap AS (
@@ -204,7 +209,7 @@ WITH inst AS (
              ELSE least(ctas, occ * s_count) / (occ * free) - 1 END AS x_sm,
         -- a copy that yields waits for the bandwidth the kernels leave it (at most a millionfold slower while
         -- overlapped, where they leave none); else, without GPU metrics, the demand alone decides
-        CASE WHEN yields AND r_v > 0 AND copy_share IS NOT NULL THEN r_v / greatest(dram_kept, 1e-6 * r_v) - 1
+        CASE WHEN yields AND r_v > 0 AND copy_rate_pct IS NOT NULL THEN r_v / greatest(dram_kept, 1e-6 * r_v) - 1
              WHEN coalesce(measured_busy, true) AND r_v > 0 AND r_d IS NOT NULL AND r_v + r_d > sat
              THEN r_v / dram_kept - 1 ELSE 0 END AS x_dram,
         -- a copy engine streams: it has no reuse in L2 to lose
@@ -217,7 +222,7 @@ WITH inst AS (
              -- no profile: traffic beyond the demand opens the calibrated loss (lost reuse adds misses); a DRAM
              -- measured busy does where the demand alone saturates it (extra traffic cannot show there), never where
              -- the demand explains the traffic measured
-             WHEN (coalesce(measured_busy, false) AND r_v + coalesce(r_c, 0) >= sat) OR extra_traffic
+             WHEN (coalesce(measured_busy, false) AND r_v + coalesce(r_d, 0) >= sat) OR extra_traffic
              THEN cache_in_overlap ELSE 0 END AS x_cache,
         CASE WHEN activity <> 'kernel' OR NOT coalesce(clock > 0 AND clock_iso > 0, false) THEN 0
              -- (+ 0.0: a clock above the isolated one times a zero weight is -0.0, which would print as such)
