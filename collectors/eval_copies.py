@@ -229,9 +229,9 @@ class EvalCopies(CudaBench):
     def main(self) -> None:
         torch, args = self.torch, self.args
         cases = [c.strip() for c in args.cases.split(",") if c.strip()]
-        unknown = set(cases) - set(CASES)
+        unknown = set(cases) - {*PAIRS, *HELD}
         if unknown:
-            raise SystemExit(f"unknown cases {sorted(unknown)}; known: {list(CASES)}")
+            raise SystemExit(f"unknown cases {sorted(unknown)}; known: {[*PAIRS, *HELD]}")
         for _ in range(3):  # warm-up: every side once on each stream, and the spin kernel
             for stream in (self.victim_stream, self.corunner_stream):
                 with torch.cuda.stream(stream):
