@@ -40,7 +40,7 @@ EVALUATION_SAME = {"H200": ROOT / "tests/data/h200/known_cause_6144.sqlite.xz"}
 EVAL_DIR = ROOT / "tests/data/eval"
 # evaluation traces that shaped a rule after they were collected (tests/data/eval/EXPECTED.md says which and how):
 # shown apart, as development data, and never counted in the evaluation's figures
-DEVELOPMENT = ("h200/eval_copies", "h200/eval_copies_2")
+DEVELOPMENT = ("h200/eval_copies", "h200/eval_copies_2", "h200/eval_copies4", "h200/eval_copies4_2")
 KNOWN = {**CALIBRATION, "H200 (6144)": EVALUATION_SAME["H200"]}  # the known-cause collector's traces
 TRAINING = [ROOT / "tests/data/h200/train_ddp.sqlite.xz", ROOT / "tests/data/h200/suite"]
 FACTORS = ("sm", "dram_bw", "cache", "clock", "link")

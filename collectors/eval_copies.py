@@ -30,6 +30,15 @@ the default set. A fourth set (``--cases`` ``CASES_4``), for the rule as revised
 * ``mm_fp32``: ``torch.mm`` fp32 4096^3 with TF32 off (SIMT single-precision GEMM);
 * ``d2h``: a copy of 256 MiB to pinned host memory;
 * ``d2d2``: a second same-device copy of 1 GiB, other buffers (the twin of ``d2d``).
+
+A fifth set (``--cases`` ``CASES_5``), for the rule as revised after the fourth: ``dgemm_d2d``, ``bmm_d2d``,
+``topk_d2d`` and ``spin_d2d``, with these sides:
+
+* ``dgemm``: ``torch.mm`` fp64 2048^3 (double-precision GEMM: little DRAM traffic, much L2 traffic);
+* ``bmm``: ``torch.bmm`` bf16, 64 batches of 1024x1024x1024 (cuBLAS batched GEMM);
+* ``topk``: ``torch.topk`` of the 1024 largest of 64 M fp32 (radix selection);
+* ``spin``: ``eval_cases``' ``resident_spin`` (2 CTAs of 128 threads on every SM, no memory traffic), for as long
+  as one ``d2d`` copy, launched like any other side (so it runs alone too, and its DRAM rate alone is measured).
 """
 
 from __future__ import annotations
@@ -77,6 +86,15 @@ PAIRS_4 = {
 }
 PAIRS.update(PAIRS_4)
 CASES_4 = tuple(PAIRS_4)
+# the fifth set (tests/data/eval/EXPECTED.md, "Copy engines, the gate revised")
+PAIRS_5 = {
+    "dgemm_d2d": ("dgemm", "d2d", dict(expect_kernel="none", expect_copy="dram_bw", cause="copy_engine")),
+    "bmm_d2d": ("bmm", "d2d", dict(expect_kernel="none", expect_copy="dram_bw", cause="copy_engine")),
+    "topk_d2d": ("topk", "d2d", dict(expect_kernel="none", expect_copy="dram_bw", cause="copy_engine")),
+    "spin_d2d": ("spin", "d2d", dict(expect_kernel="none", expect_copy="none", cause="copy_engine")),
+}
+PAIRS.update(PAIRS_5)
+CASES_5 = tuple(PAIRS_5)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -96,6 +114,8 @@ class EvalCopies(CudaBench):
         mod = cp.RawModule(code=SRC, options=("-std=c++17",))
         self.k_hold = mod.get_function("hold_spin")
         self.k_hold.max_dynamic_shared_size_bytes = self.hold_smem
+        self.k_resident = mod.get_function("resident_spin")
+        self.k_resident.preferred_shared_memory_carveout = 100
         self.sink = cp.zeros(1024, dtype=cp.int32)
         self.held = round(S / 2)
 
@@ -123,9 +143,16 @@ class EvalCopies(CudaBench):
         self.sort_in = torch.rand(64 * MiB, device="cuda", generator=gen)
         self.mm_a, self.mm_b = (torch.randn(4096, 4096, device="cuda", generator=gen) for _ in range(2))
         torch.backends.cuda.matmul.allow_tf32 = False
+        self.dg_a, self.dg_b = (torch.randn(2048, 2048, device="cuda", dtype=torch.float64, generator=gen)
+                                for _ in range(2))
+        self.bmm_a, self.bmm_b = (torch.randn(64, 1024, 1024, device="cuda", dtype=torch.bfloat16, generator=gen)
+                                  for _ in range(2))
+        self.topk_in = torch.rand(64 * MiB, device="cuda", generator=gen)
+        self.spin_ns = 500_000  # about one d2d copy (set in main from its measured time)
         self.sides = {"triton_add": self.add, "softmax": self.softmax, "sdpa": self.sdpa, "conv": self.conv,
                       "d2d": self.d2d, "h2d": self.h2d, "cumsum": self.cumsum, "sort": self.sort,
-                      "mm_fp32": self.mm_fp32, "d2h": self.d2h, "d2d2": self.d2d2}
+                      "mm_fp32": self.mm_fp32, "d2h": self.d2h, "d2d2": self.d2d2, "dgemm": self.dgemm,
+                      "bmm": self.bmm, "topk": self.topk, "spin": self.spin}
         torch.cuda.synchronize()
 
     # sides -----------------------------------------------------------------
@@ -162,6 +189,18 @@ class EvalCopies(CudaBench):
 
     def mm_fp32(self):
         self.torch.mm(self.mm_a, self.mm_b)
+
+    def dgemm(self):
+        self.torch.mm(self.dg_a, self.dg_b)
+
+    def bmm(self):
+        self.torch.bmm(self.bmm_a, self.bmm_b)
+
+    def topk(self):
+        self.torch.topk(self.topk_in, 1024)
+
+    def spin(self):
+        self.k_resident((2 * self.sms,), (128,), (self.np.uint64(self.spin_ns), self.sink), stream=self._cp_stream())
 
     def hold(self, ctas: int, duration_ns: float):
         self.k_hold((ctas,), (512,), (self.np.uint64(int(duration_ns)), self.sink),
@@ -241,6 +280,7 @@ class EvalCopies(CudaBench):
                 self.hold(self.held, 20_000)
             torch.cuda.synchronize()
         assert torch.allclose(self.xc, self.xa + self.xb)
+        self.spin_ns = int(self.once_ms(self.d2d, self.victim_stream) * 1e6)
         print(f"gpu {self.gpu_name}: {self.sms} SMs, L2 {self.l2_bytes / MiB:g} MiB, hold_spin on {self.held} SMs, "
               f"reps {args.reps}; alone ms: "
               + ", ".join(f"{k} {self.once_ms(fn, self.victim_stream):.3f}" for k, fn in self.sides.items())

@@ -25,7 +25,8 @@
 --     issues every cycle). x = 1 when either side's SM Issue is unknown.
 -- DRAM: copy engines (copies and sets) yield DRAM to the SMs' traffic: a DMA engine keeps a few requests in flight
 --     where the SMs of a kernel keep thousands. A copy or set beside kernels with memory traffic (r_k, the co-running
---     kernels' isolated rates, at least footprint_min_pct) keeps at most copy_rate_pct (calibrated) of the DRAM
+--     kernels' isolated rates, above 0: L2 traffic starves a copy too, and shows in DRAM only in part, so any DRAM
+--     traffic alone counts) keeps at most copy_rate_pct (calibrated) of the DRAM
 --     bandwidth, shared with the other copies beside it (r_c - r_k) in proportion to demand; no witness gates it (the
 --     DRAM measured then is low because the copy waits). A kernel shares DRAM with the co-running kernels and with the
 --     copies at the rate they keep (at most copy_rate_pct together): when its and their rates together exceed
@@ -185,8 +186,8 @@ WITH inst AS (
                OR x.activity_id IS NOT NULL AS footprint,
            -- the witness: DRAM measured busy during the instance (NULL without GPU metrics)
            c_dram >= dram_busy_frac * sat AS measured_busy,
-           -- a copy engine beside kernels with memory traffic: it keeps at most copy_rate_pct
-           coalesce(activity <> 'kernel' AND r_k >= footprint_min_pct, false) AS yields
+           -- a copy engine beside kernels with memory traffic (any DRAM traffic alone): it keeps at most copy_rate_pct
+           coalesce(activity <> 'kernel' AND r_k > 0, false) AS yields
     FROM demand LEFT JOIN extra_traffic x USING (run_id, activity_id)
 ), kept AS (
     SELECT *,
