@@ -26,18 +26,18 @@
 -- DRAM: copy engines (copies and sets) yield DRAM to the SMs' traffic: a DMA engine keeps a few requests in flight
 --     where the SMs of a kernel keep thousands. A copy or set beside kernels with memory traffic (r_k, the co-running
 --     kernels' isolated rates, above 0: L2 traffic starves a copy too, and shows in DRAM only in part, so any DRAM
---     traffic alone counts) keeps at most copy_rate_pct (calibrated) of the DRAM
---     bandwidth, shared with the other copies beside it (r_c - r_k) in proportion to demand; no witness gates it (the
---     DRAM measured then is low because the copy waits). A kernel shares DRAM with the co-running kernels and with the
---     copies at the rate they keep (at most copy_rate_pct together): when its and their rates together exceed
+--     traffic alone counts) keeps at most copy_rate_pct (calibrated) of the DRAM bandwidth, shared with the other
+--     copies beside it (r_c - r_k) in proportion to demand; no witness gates it (the DRAM measured then is low because
+--     the copy waits). A kernel shares DRAM with the co-running kernels and with the copies at the rate they keep
+--     (at most copy_rate_pct together): when its and their rates together exceed
 --     saturation, and the rate measured during the instance shows DRAM busy (dram_busy_frac of saturation; no
 --     metrics: the demand alone), the bandwidth is shared in proportion to demand: the victim keeps
 --     sat * r_v / (r_v + r_d), x = (r_v + r_d) / sat - 1 (every stream waits on the same queue, so each is slowed by
 --     the demand's excess over what DRAM serves). Copies beside copies alone share DRAM the same way, with every
 --     co-runner (r_d = r_c).
 -- cache: for kernels (a copy engine streams, with no reuse to lose), beside co-runners with a footprint (the DRAM rate
---     they bring, r_d, >= footprint_min_pct, or a profiled working set), with DRAM busy where the demand alone saturates it (else
---     busy DRAM is the demand's own traffic): the victim's L2 reuse lost. Co-runners
+--     they bring, r_d, >= footprint_min_pct, or a profiled working set), with DRAM busy where the demand alone
+--     saturates it (else busy DRAM is the demand's own traffic): the victim's L2 reuse lost. Co-runners
 --     that live in L2 show no DRAM rate alone; their footprint shows as traffic neither side makes alone: the DRAM
 --     rate measured during the instance at least extra_traffic_min_pct above the victim's and co-runners' rates alone
 --     together, when every co-runner's rate alone is known (a witness that opens the model, never its numerator). With a Nsight Compute profile whose working set fits in L2 alone
@@ -208,8 +208,8 @@ WITH inst AS (
              WHEN free < 1 THEN 1
              WHEN memory_bound THEN greatest(0, r_v / least(sat, per_sm * free) - 1)
              ELSE least(ctas, occ * s_count) / (occ * free) - 1 END AS x_sm,
-        -- a copy that yields waits for the bandwidth the kernels leave it (at most a millionfold slower while
-        -- overlapped, where they leave none); else, without GPU metrics, the demand alone decides
+        -- a copy that yields moves at the rate it keeps (at most a millionfold slower while overlapped); else,
+        -- without GPU metrics, the demand alone decides
         CASE WHEN yields AND r_v > 0 AND copy_rate_pct IS NOT NULL THEN r_v / greatest(dram_kept, 1e-6 * r_v) - 1
              WHEN coalesce(measured_busy, true) AND r_v > 0 AND r_d IS NOT NULL AND r_v + r_d > sat
              THEN r_v / dram_kept - 1 ELSE 0 END AS x_dram,
@@ -241,8 +241,8 @@ WITH inst AS (
     FROM in_overlap
 )
 SELECT run_id, device_id, activity_id, group_id, work_ns / t0_ns - 1 AS observed, f, held AS held_sms,
-       free AS free_sms, occ AS occupancy, memory_bound, r_v AS dram_iso_pct, r_c AS co_dram_pct, r_k AS co_kernel_dram_pct,
-       c_dram AS dram_pct,
+       free AS free_sms, occ AS occupancy, memory_bound, r_v AS dram_iso_pct, r_c AS co_dram_pct,
+       r_k AS co_kernel_dram_pct, c_dram AS dram_pct,
        sat AS dram_sat_pct,
        (c_dram * dur_ns - (r_v * t0_ns + coalesce(r_c, 0) * f * t0_ns)) / nullif(r_v * t0_ns + coalesce(r_c, 0) * f
            * t0_ns, 0) AS extra_bytes_frac,
