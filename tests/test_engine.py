@@ -36,7 +36,7 @@ TABLES = {
     "_device_unions": ("device_id", "compute_ns", "comm_ns", "overlap_ns"),
     "_instance_metrics": ("activity_id", "samples", "sm_active_pct", "dram_pct", "gpc_clock_mhz", "nvlink_pct",
                           "pcie_pct"),
-    "_corunner_dram": ("activity_id", "own_dram_pct", "co_dram_pct", "co_working_set_bytes"),
+    "_corunner_dram": ("activity_id", "own_dram_pct", "co_dram_pct", "co_kernel_dram_pct", "co_working_set_bytes"),
     "_activity_occurrence": ("activity_id", "scope_id", "step_start_ns", "step_text", "occurrence"),
     "_activity_dram": ("activity_id", "start_ns", "end_ns", "dram_pct", "working_set_bytes"),
     "_solo_rates": ("sig", "dram_pct", "samples"),
