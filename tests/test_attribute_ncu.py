@@ -29,6 +29,9 @@ ncu_report = pytest.importorskip("ncu_report")
 
 REPORT = H200 / "kernels.ncu-rep.xz"
 SESSION_REPORT = H200 / "kernels_contention_session.ncu-rep.xz"
+# the DRAM rate a copy engine keeps beside kernels with memory traffic (queries/_calibration.sql)
+COPY_RATE = float(re.search(r"([-+0-9.eE]+)::DOUBLE AS copy_rate_pct",
+                            (Path(__file__).resolve().parents[1] / "queries/_calibration.sql").read_text()).group(1))
 GEMM, ADD, SPIN = "nvjet_sm90_tst_320x128_64x3_1x2_h_bz_coopB_NNT", "vectorized_elementwise_kernel", "spin_hold_sms"
 approx = pytest.approx
 
@@ -159,7 +162,8 @@ def no_metrics_run(tmp_path_factory, contention_parquet_run) -> Path:
 
 def test_without_gpu_metrics_ncu_dram_demand_explains_the_add(no_metrics_run):
     """The bandwidth-bound add beside a peer copy: without GPU metrics only the SM model applies (unexplained);
-    with the report, its isolated DRAM demand (91% of peak) plus the copy's makes it dram_bw."""
+    with the report, its isolated DRAM demand (91% of peak) plus the rate the copy engine keeps beside it makes it
+    dram_bw."""
     [plain] = _case(_rows(attribute(no_metrics_run, group_by_nvtx="case:*")), "add_copy_peer", ADD)
     assert plain["class"] == "unexplained"
     assert plain["reason"].endswith("(no GPU metrics: only the SM model could be applied)")
@@ -170,10 +174,11 @@ def test_without_gpu_metrics_ncu_dram_demand_explains_the_add(no_metrics_run):
     f, co = r["overlap_fraction"], r["co_dram_pct"]
     assert co > 0  # the copy, estimated from its bytes
     # no measured DRAM rate: the profiled demand decides. The add's own alone rate is the saturation (above the 88%
-    # floor); shared in proportion to demand, it keeps sat x sat / (sat + co): x = (sat + co) / sat - 1,
-    # over the overlapped share f: f x / (1 + x - f x) (medians over instances: f and the copy's rate vary a little)
-    sat = r["ncu_dram_pct"]
-    x = (sat + co) / sat - 1
+    # floor); the copy engine beside it keeps at most copy_rate_pct of DRAM (it yields to the kernel), and shared in
+    # proportion to demand the add keeps sat x sat / (sat + kept): x = (sat + kept) / sat - 1, over the overlapped
+    # share f: f x / (1 + x - f x) (medians over instances: f and the copy's rate vary a little)
+    sat, kept = r["ncu_dram_pct"], min(co, COPY_RATE)
+    x = (sat + kept) / sat - 1
     point = r["explained"]["dram_bw"]
     assert point == approx(f * x / (1 + x - f * x), rel=0.02) and point > 0
     lo, hi = r["explained_interval"]["dram_bw"]

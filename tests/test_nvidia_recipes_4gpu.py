@@ -277,11 +277,12 @@ def test_dask_recipe_kernels_equal_local_attribute_but_for_the_metrics(local):
     waits are one), 14 of them with waits left out (``wait_excluded_ns``, a column schema 7 added), and group ids,
     numbered with them, differ. The 598 other rows: as expected before. Schema 8 added two witnesses of the SM model
     (``sm_issue_pct_iso``, ``co_sm_issue_pct``), left out of the comparison like ``wait_excluded_ns``; schema 10 the
-    clock the clock factor compared with (``gpc_clock_mhz_base``), left out too. Since an unresolved instance joins
+    clock the clock factor compared with (``gpc_clock_mhz_base``), left out too, and schema 11 the co-running kernels'
+    DRAM demand (``co_kernel_dram_pct``). Since an unresolved instance joins
     the one mode its duration allows (no mode whose isolated median is more than MODE_RATIO times its duration), the
     four conflated communication groups (20 instances) are resolved: 37 communication rows, 11 with waits left out."""
     theirs, ours = pq.read_table(DASK / "kernels.parquet"), pq.read_table(local / "kernels.parquet")
-    added = ["wait_excluded_ns", "sm_issue_pct_iso", "co_sm_issue_pct", "gpc_clock_mhz_base"]
+    added = ["wait_excluded_ns", "sm_issue_pct_iso", "co_sm_issue_pct", "gpc_clock_mhz_base", "co_kernel_dram_pct"]
     assert theirs.schema == ours.drop(added).schema and theirs.num_rows == 646
     assert pc.sum(pc.greater(ours.column("wait_excluded_ns"), 0)).as_py() == 11
 
