@@ -181,6 +181,13 @@ smid_probe(unsigned long long duration_ns, int *out) {
 GiB = 2**30
 KiB = 1024
 
+
+def hold_smem(smem_sm: int, optin: int) -> int:
+    """The dynamic shared memory of hold_spin, stream_copy and the 1-CTA row-sums: more than half the SM's (one CTA
+    per SM), and less than 32 KiB left beside it, so no Triton (96 KiB) or flash-attention (>= 64 KiB) CTA fits
+    there."""
+    return min(optin, (smem_sm - 32 * KiB) // KiB * KiB)
+
 # expected class (tests/data/eval/EXPECTED.md) and known_cause's cause word, per case
 EXPECT = {"triton_mm_hold88": ("sm", "sms"), "triton_mm_resident": ("sm", "sms"), "sdpa_hold40": ("sm", "sms"),
           "gemm_gemm": ("sm", "sms"), "graph_norm_dram": ("dram_bw", "dram"), "reduce_l2_twin": ("cache", "l2"),
@@ -203,9 +210,7 @@ class Eval(CudaBench):
         super().__init__()
         torch, cp, self.args = self.torch, self.cp, args
         S, smem_sm, optin, reserved = self.sms, self.smem_sm, self.smem_optin, self.smem_reserved
-        # hold_spin, stream_copy, 1-CTA row-sums: more than half the SM's shared memory (one CTA per SM), and less
-        # than 32 KiB left beside it, so no Triton (96 KiB) or flash-attention (>= 64 KiB) CTA fits there.
-        self.hold_smem = min(optin, (smem_sm - 32 * KiB) // KiB * KiB)
+        self.hold_smem = hold_smem(smem_sm, optin)
         assert 2 * (self.hold_smem + reserved) > smem_sm, (smem_sm, self.hold_smem)
         # 2-CTA row-sums: two fit on an SM, three don't (512 threads: threads would allow 4)
         lo, hi = smem_sm // 3 - reserved, smem_sm // 2 - reserved  # ask for more than lo, at most hi

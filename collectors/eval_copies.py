@@ -46,7 +46,7 @@ from __future__ import annotations
 import argparse
 
 from cuda_bench import CudaBench, run
-from eval_cases import SRC
+from eval_cases import SRC, hold_smem
 
 try:  # the Triton side; absent on CPU-only machines, where this file is only compiled
     import triton
@@ -63,7 +63,6 @@ if triton is not None:
 
 GiB = 2**30
 MiB = 2**20
-KiB = 1024
 
 # per case: its two sides, and the expected classes (tests/data/eval/EXPECTED.md): labels of the beside-range
 PAIRS = {
@@ -109,8 +108,8 @@ class EvalCopies(CudaBench):
     def __init__(self, args: argparse.Namespace):
         super().__init__()
         torch, cp, self.args = self.torch, self.cp, args
-        S, smem_sm, optin = self.sms, self.smem_sm, self.smem_optin
-        self.hold_smem = min(optin, (smem_sm - 32 * KiB) // KiB * KiB)  # one CTA per SM, as eval_cases
+        S = self.sms
+        self.hold_smem = hold_smem(self.smem_sm, self.smem_optin)  # one CTA per SM, as eval_cases
         mod = cp.RawModule(code=SRC, options=("-std=c++17",))
         self.k_hold = mod.get_function("hold_spin")
         self.k_hold.max_dynamic_shared_size_bytes = self.hold_smem

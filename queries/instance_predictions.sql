@@ -29,9 +29,9 @@
 --     traffic alone counts) keeps at most copy_rate_pct (calibrated) of the DRAM bandwidth, shared with the other
 --     copies beside it (r_c - r_k) in proportion to demand; no witness gates it (the DRAM measured then is low because
 --     the copy waits). A kernel shares DRAM with the co-running kernels and with the copies at the rate they keep
---     (at most copy_rate_pct together): when its and their rates together exceed
---     saturation, and the rate measured during the instance shows DRAM busy (dram_busy_frac of saturation; no
---     metrics: the demand alone), the bandwidth is shared in proportion to demand: the victim keeps
+--     (at most copy_rate_pct together): when its and their rates together exceed saturation, and the rate measured
+--     during the instance shows DRAM busy (dram_busy_frac of saturation; no metrics: the demand alone), the bandwidth
+--     is shared in proportion to demand: the victim keeps
 --     sat * r_v / (r_v + r_d), x = (r_v + r_d) / sat - 1 (every stream waits on the same queue, so each is slowed by
 --     the demand's excess over what DRAM serves). Copies beside copies alone share DRAM the same way, with every
 --     co-runner (r_d = r_c).
