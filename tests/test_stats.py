@@ -278,6 +278,82 @@ def test_trend_ties_and_tiny_n():
     assert p == 1.0 and math.isnan(rel)
 
 
+def _trend_by_all_pairs(t_ns, x) -> tuple[float, float, float]:
+    """trend as it was written first: every pair through np.triu_indices, S as a float sum of sign products, the
+    Theil-Sen slope by np.median (the reference of the shortcut in traceql.stats)."""
+    from traceql.stats import _norm_sf, _tie_sums
+
+    t_all, x_all = np.asarray(t_ns).ravel(), np.asarray(x, dtype=np.float64).ravel()
+    n = x_all.size
+    if n < 4:
+        return math.nan, 1.0, math.nan
+    order = np.argsort(t_all, kind="stable")
+    if n > 500:
+        order = order[np.linspace(0, n - 1, 500).round().astype(np.int64)]
+    t, xs = t_all[order], x_all[order]
+    m = xs.size
+    i, j = np.triu_indices(m, k=1)
+    dt = (t[j] - t[i]).astype(np.float64)
+    dx = xs[j] - xs[i]
+    s_stat = float(np.sum(np.sign(dt) * np.sign(dx)))
+    n0 = m * (m - 1) / 2.0
+    n1, vt, t1, t2 = _tie_sums(t)
+    n2, vu, u1, u2 = _tie_sums(xs)
+    denom = math.sqrt((n0 - n1) * (n0 - n2))
+    tau = s_stat / denom if denom > 0 else math.nan
+    var = ((m * (m - 1) * (2 * m + 5) - vt - vu) / 18.0 + t1 * u1 / (2.0 * m * (m - 1))
+           + t2 * u2 / (9.0 * m * (m - 1) * (m - 2)))
+    p = min(1.0, 2.0 * _norm_sf((abs(s_stat) - 1.0) / math.sqrt(var))) if var > 0 and s_stat != 0 else 1.0
+    moving = dt != 0
+    med_x = float(np.median(x_all))
+    if not moving.any() or med_x == 0:
+        return tau, p, math.nan
+    slope = float(np.median(dx[moving] / dt[moving]))
+    return tau, p, slope * float(t_all.max() - t_all.min()) / med_x
+
+
+def _bits(values) -> bytes:
+    return np.asarray(values, dtype=np.float64).tobytes()
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_trend_equals_all_pairs_bit_for_bit():
+    """The shortcut (pairs gathered into kept buffers, S counted, the median slope selected in place) gives what every
+    pair through np.triu_indices and np.median give, to the bit: times with and without ties, sorted or not, int64,
+    int32 and float; values with ties, constant (a zero median), signed zeros, NaN and infinities (the other path);
+    ranges that overflow; above and below the 500-point subsample; odd and even numbers of pairs."""
+    rng = np.random.default_rng(2024)
+    cases = []
+    for trial in range(600):
+        n = int(rng.choice([4, 5, 6, 7, 31, 32, 499, 500, 501, 1500]))
+        t = np.sort(rng.integers(0, 10**9, n)) + 1_700_000_000_000_000_000
+        kind = trial % 8
+        if kind == 1:
+            t = rng.integers(0, 20, n).astype(np.int32 if trial % 3 == 0 else np.int64)  # ties, not in order
+        elif kind == 2:
+            t = np.full(n, 5, dtype=np.int64)  # one instant
+        elif kind == 3:
+            t = rng.permutation(n).astype(np.float64)
+        x = rng.normal(1e4, 300, n)
+        if kind in (1, 4):
+            x = np.round(rng.normal(10, 2, n))
+        elif kind == 5:
+            x = np.full(n, 7.0)
+        elif kind == 6:
+            x = rng.integers(-1, 2, n).astype(float)
+            x[x == 0] = rng.choice([0.0, -0.0], int((x == 0).sum()))
+        elif kind == 7:
+            x[rng.integers(0, n)] = rng.choice([np.nan, np.inf, -np.inf])
+        cases.append((t, x))
+    x6 = np.array([0.0, 1.0, 2.0, 3.0, 4.0, 5.0])
+    cases += [(np.array([-2**62, 0, 2**62, 2**62 + 5, 3, 9], dtype=np.int64), x6),  # the range overflows int64
+              (np.array([0, 1e308, -1e308, 5, 6, 7]), x6),
+              (np.array([0, 3, 2**63 - 1, 5, 2, 1], dtype=np.uint64), x6),
+              (np.arange(6, dtype=np.int64), np.array([1e308, -1e308, 0, 1, 2, 3]))]  # x's range overflows
+    for t, x in cases:
+        assert _bits(trend(t, x)) == _bits(_trend_by_all_pairs(t, x)), (t, x)
+
+
 # --- split_modes --------------------------------------------------------------------------------------------------
 
 
@@ -317,6 +393,33 @@ def test_boot_medians_are_the_medians_of_the_resamples(values, seed, n_boot):
     a = np.sort(np.asarray(values, dtype=np.float64))
     want = np.median(a[np.random.default_rng(seed).integers(0, a.size, size=(n_boot, a.size))], axis=1)
     assert np.array_equal(_boot_medians(a, np.random.default_rng(seed), n_boot), want)
+
+
+def _boot_medians_by_sort(a: np.ndarray, rng: np.random.Generator, n_boot: int) -> np.ndarray:
+    """_boot_medians as it was written first: each index row sorted, its middle read."""
+    n = a.size
+    idx = np.sort(rng.integers(0, n, size=(n_boot, n)), axis=1)
+    k = n // 2
+    if n % 2:
+        return a[idx[:, k]].astype(np.float64)
+    return (a[idx[:, k - 1]] + a[idx[:, k]]) / 2.0
+
+
+def test_boot_medians_by_partition_equal_those_by_sort():
+    """Rows long enough to be partitioned (and short ones, sorted) give the medians of the sorted rows, to the bit,
+    from the same draws: odd and even sizes about the threshold and up to the largest side, ties, one resample."""
+    from traceql.stats import _BOOT_SORT_MAX_N, _boot_medians
+
+    rng = np.random.default_rng(77)
+    sizes = [2, 3, _BOOT_SORT_MAX_N - 1, _BOOT_SORT_MAX_N, _BOOT_SORT_MAX_N + 1, _BOOT_SORT_MAX_N + 2, 399, 400, 4000]
+    sizes += rng.integers(2, 4001, 40).tolist()
+    for trial, n in enumerate(sizes):
+        a = [rng.normal(1e4, 100, n), np.round(rng.normal(10, 2, n)), rng.integers(0, 3, n).astype(float)][trial % 3]
+        a = np.sort(a)
+        for n_boot in (1, 7, 500):
+            seed = int(rng.integers(0, 2**32))
+            got = _boot_medians(a, np.random.default_rng(seed), n_boot)
+            assert _bits(got) == _bits(_boot_medians_by_sort(a, np.random.default_rng(seed), n_boot)), (n, n_boot)
 
 
 # --- quantiles of sorted arrays -----------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import threading
 from functools import lru_cache
 from statistics import NormalDist
 
@@ -226,16 +227,34 @@ def sorted_quantiles(a: np.ndarray, qs: tuple[float, ...], method: str = "linear
     return out
 
 
+# bootstrap index rows of at most this many are sorted, longer ones partitioned: numpy sorts short rows of int64
+# faster than it selects in them (about 64 is where the two cost the same)
+_BOOT_SORT_MAX_N = 64
+
+
 def _boot_medians(a: np.ndarray, rng: np.random.Generator, n_boot: int) -> np.ndarray:
     """The medians of ``n_boot`` resamples of the SORTED ``a`` (with replacement): ``np.median(a[idx], axis=1)``,
-    the same values, computed from the middle order statistics of the sorted index rows (``a`` sorted, the k-th
-    smallest of ``a[idx]`` is ``a`` at the k-th smallest index), which is faster than a partition of the values."""
+    the same values, computed from the middle order statistics of the index rows (``a`` sorted, the k-th smallest of
+    ``a[idx]`` is ``a`` at the k-th smallest index), which is faster than a partition of the values. Rows longer
+    than ``_BOOT_SORT_MAX_N`` are partitioned at the upper middle k, not sorted (linear: a sort of 400 indices costs
+    several times as much); for an even n the lower middle is then the largest index left of k. One kth, not
+    (k - 1, k): numpy selects a single kth with vectorized code and several with a scalar introselect, which costs
+    about twice as much here. The indices are integers, so the order statistic is one value however it is
+    found, and the draw is the same call: the medians are those of the sort, bit for bit."""
     n = a.size
-    idx = np.sort(rng.integers(0, n, size=(n_boot, n)), axis=1)
+    idx = rng.integers(0, n, size=(n_boot, n))
     k = n // 2
+    if n <= _BOOT_SORT_MAX_N:
+        idx.sort(axis=1)
+        hi = idx[:, k]
+        lo = idx[:, k - 1] if n % 2 == 0 else hi
+    else:
+        idx.partition(k, axis=1)
+        hi = idx[:, k]
+        lo = idx[:, :k].max(axis=1) if n % 2 == 0 else hi
     if n % 2:
-        return a[idx[:, k]].astype(np.float64)
-    return (a[idx[:, k - 1]] + a[idx[:, k]]) / 2.0  # as np.median: the mean of the two
+        return a[hi].astype(np.float64)
+    return (a[lo] + a[hi]) / 2.0  # as np.median: the mean of the two
 
 
 def slowdown_ci(t0: ArrayLike, t1: ArrayLike, *, key: tuple, level: float = 0.95, n_boot: int = 2000,
@@ -321,6 +340,84 @@ def _pairs(m: int) -> tuple[np.ndarray, np.ndarray]:
     return i, j
 
 
+# per thread, the trend test's buffers for the pairs of up to _TREND_MAX_N points, kept between calls (:func:`_scratch`)
+_SCRATCH = threading.local()
+
+
+def _scratch(pairs: int) -> tuple[np.ndarray, ...]:
+    """This thread's buffers for :func:`_later_pairs` over ``pairs`` pairs: two int64 (times), two float64 (values,
+    then slopes), two boolean. Kept between calls: a fresh array of 1 MB is memory the allocator gives back to the
+    system when it is freed and takes again, a page fault for each page, on the next call (some 1000 a call, which
+    cost more than the arithmetic); the signatures are computed in parallel threads, hence one set a thread."""
+    bufs = getattr(_SCRATCH, "trend", None)
+    if bufs is None:
+        size = _TREND_MAX_N * (_TREND_MAX_N - 1) // 2
+        bufs = _SCRATCH.trend = (np.empty(size, np.int64), np.empty(size, np.int64), np.empty(size),
+                                 np.empty(size), np.empty(size, bool), np.empty(size, bool))
+    return tuple(b[:pairs] for b in bufs)
+
+
+def _later_pairs(t: np.ndarray, xs: np.ndarray) -> tuple[float, int, float] | None:
+    """(S, moving, slope) of :func:`trend` over the SORTED signed integer times ``t`` and the values ``xs``, or None
+    where this shortcut does not hold (then :func:`_pairs_by_index` computes them): the Mann-Kendall sum over the
+    pairs i < j of sign(t[j] - t[i]) * sign(xs[j] - xs[i]), the number of those pairs at different times, and the
+    median of their Theil-Sen slopes (xs[j] - xs[i]) / float(t[j] - t[i]) as ``np.median`` takes it, bit for bit;
+    NaN where there are none or it is zero (a zero's sign depends on which of equal values lands where:
+    ``np.median`` itself decides it, on the slopes in their order).
+
+    The same pairs' differences as :func:`_pairs_by_index`, gathered into this thread's buffers (:func:`_scratch`)
+    and computed there in place. With no difference overflowing (the range of ``t`` within its type, that of ``xs``
+    finite), t[j] - t[i] >= 0, so sign(dt) is 1 at different times and 0 at one time, and every dx is finite: S is
+    the count of rising dx at different times less that of falling ones (the float sum of signs is exact: the same
+    integer). Each slope is the same division (the int64 difference cast to float64 as ``astype`` casts it),
+    finite; a pair at one time gets -inf, below them all, so the median is at a known rank of all the pairs. The
+    upper middle comes from a partition at one kth (numpy selects a single kth with vectorized code, several with a
+    scalar introselect: 4 times slower here), the lower middle is the largest value left of it, and their sum is
+    halved as ``np.mean`` takes it (order statistics are values: any selection finds the same ones)."""
+    if t.dtype.kind != "i" or int(t[-1]) - int(t[0]) > np.iinfo(t.dtype).max:
+        return None
+    with np.errstate(over="ignore", invalid="ignore"):  # a range that overflows, or NaN: the other path
+        if not np.isfinite(xs.max() - xs.min()):
+            return None
+    i, j = _pairs(xs.size)
+    t0, t1, x0, x1, moving, side = _scratch(i.size)
+    t = t.astype(np.int64, copy=False)  # no difference overflows in t's own type: the same differences
+    dt = np.subtract(np.take(t, j, out=t1, mode="clip"), np.take(t, i, out=t0, mode="clip"), out=t0)
+    dx = np.subtract(np.take(xs, j, out=x1, mode="clip"), np.take(xs, i, out=x0, mode="clip"), out=x0)
+    n_moving = int(np.count_nonzero(dt))
+    at_one_time = n_moving < dt.size
+    if at_one_time:
+        np.not_equal(dt, 0, out=moving)
+        rising = np.count_nonzero(np.logical_and(np.greater(dx, 0, out=side), moving, out=side))
+        falling = np.count_nonzero(np.logical_and(np.less(dx, 0, out=side), moving, out=side))
+    else:
+        rising, falling = np.count_nonzero(np.greater(dx, 0, out=side)), np.count_nonzero(np.less(dx, 0, out=side))
+    s_stat = float(rising - falling)
+    if not n_moving:
+        return s_stat, 0, NAN
+    if at_one_time:
+        np.divide(dx, dt, out=dx, where=moving)
+        np.copyto(dx, -np.inf, where=np.logical_not(moving, out=side))
+    else:
+        np.divide(dx, dt, out=dx)
+    k = dx.size - n_moving + n_moving // 2
+    dx.partition(k)
+    med = float(dx[k]) if n_moving % 2 else float((dx[:k].max() + dx[k]) / 2.0)
+    return s_stat, n_moving, med if med != 0 else NAN
+
+
+def _pairs_by_index(t: np.ndarray, xs: np.ndarray) -> tuple[float, np.ndarray]:
+    """(S, slopes) of :func:`_later_pairs` for any ``t`` and ``xs``, through the pairs' indices: the slopes of the
+    pairs at different times, in the pairs' order."""
+    i, j = _pairs(xs.size)
+    # Subtract before converting: int64 ns timestamps lose precision as float64, their differences do not.
+    dt = (t[j] - t[i]).astype(np.float64)
+    dx = xs[j] - xs[i]
+    s_stat = float(np.sum(np.sign(dt) * np.sign(dx)))
+    moving = dt != 0
+    return s_stat, dx[moving] / dt[moving]
+
+
 def trend(t_ns: ArrayLike, x: ArrayLike) -> tuple[float, float, float]:
     """(tau, p_value, rel_change): does x drift over time?
 
@@ -342,11 +439,12 @@ def trend(t_ns: ArrayLike, x: ArrayLike) -> tuple[float, float, float]:
     t, xs = t_all[order], x_all[order]
     m = xs.size
 
-    i, j = _pairs(m)
-    # Subtract before converting: int64 ns timestamps lose precision as float64, their differences do not.
-    dt = (t[j] - t[i]).astype(np.float64)
-    dx = xs[j] - xs[i]
-    s_stat = float(np.sum(np.sign(dt) * np.sign(dx)))
+    later = _later_pairs(t, xs)
+    if later is not None:
+        s_stat, n_moving, slope = later
+    else:
+        s_stat, slopes = _pairs_by_index(t, xs)
+        n_moving, slope = slopes.size, NAN
 
     n0 = m * (m - 1) / 2.0
     n1, vt, t1, t2 = _tie_sums(t)
@@ -361,11 +459,11 @@ def trend(t_ns: ArrayLike, x: ArrayLike) -> tuple[float, float, float]:
     else:
         p = 1.0
 
-    moving = dt != 0
     med_x = sorted_median(np.sort(x_all))
-    if not moving.any() or med_x == 0:
+    if not n_moving or med_x == 0:
         return tau, p, NAN
-    slope = float(np.median(dx[moving] / dt[moving]))
+    if math.isnan(slope):  # no shortcut, or a zero median
+        slope = float(np.median(slopes if later is None else _pairs_by_index(t, xs)[1]))
     span = float(t_all.max() - t_all.min())
     return tau, p, slope * span / med_x
 
