@@ -388,14 +388,23 @@ def child(args: list[str], folder: Path, timeout_s: float, max_spill_mib: float)
 
 
 def profile_view(run_dir: str, view: str, profile_path: str) -> None:
-    """Child mode: evaluate every column of ``view`` with DuckDB's JSON profiler on; print the query time."""
-    from traceql import store
+    """Child mode: evaluate every column of ``view`` with DuckDB's JSON profiler on; print the query time.
+
+    A view that the attribution computes (``traceql.attribution.NEEDS_PREPARE``) is evaluated after ``prepare``
+    from its own SQL (``queries/VIEW.sql``), over the tables ``prepare`` computed: its own cost. (Read as a view
+    it would be the table ``prepare`` kept, and before ``prepare`` it refuses to be read.)"""
+    from traceql import attribution, store
+    from traceql.queries_loader import query_files
 
     con = store.connect([run_dir])
+    select = f'"{view}"'
+    if attribution.needs_prepare(select):
+        attribution.prepare(con)
+        select = f"({dict(query_files())[view + '.sql']})"
     con.execute("SET enable_profiling = 'json'")
     con.execute(f"SET profiling_output = '{profile_path}'")
     t = time.perf_counter()
-    con.execute(f'SELECT max(COLUMNS(*)) FROM "{view}"').fetchall()
+    con.execute(f"SELECT max(COLUMNS(*)) FROM {select}").fetchall()
     print(f"query_s {time.perf_counter() - t:.3f}")
 
 

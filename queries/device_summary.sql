@@ -18,30 +18,35 @@
 WITH totals AS (
     SELECT * FROM _device_unions
 ), inst AS (
-    -- compute: every kernel that is not communication; t0 per instance (NULL in groups left out as conflated)
-    SELECT i.*, b.t0_ns
-    FROM instance_facts i LEFT JOIN _instance_baselines b USING (run_id, activity_id)
-    WHERE i.activity = 'kernel' AND i.activity_class = 'compute'
+    -- compute: every kernel that is not communication
+    SELECT run_id, device_id, activity_id, nvtx, dur_ns, comm_overlap_ns, overlap_ns
+    FROM _instance_facts WHERE activity = 'kernel' AND activity_class = 'compute'
+), slowed AS (
+    -- the overlapped ones with a baseline, t0 per instance (NULL in groups left out as conflated)
+    SELECT i.run_id, i.device_id, i.nvtx, i.dur_ns, b.t0_ns
+    FROM inst i JOIN _instance_baselines b USING (run_id, activity_id)
+    WHERE i.overlap_ns > 0 AND b.t0_ns IS NOT NULL
+), slowed_device AS (
+    SELECT run_id, device_id, sum(dur_ns) / nullif(sum(t0_ns), 0) - 1 AS compute_slowdown FROM slowed GROUP BY ALL
+), slowed_group AS (
+    SELECT run_id, device_id, nvtx, sum(dur_ns) / nullif(sum(t0_ns), 0) - 1 AS compute_slowdown
+    FROM slowed WHERE nvtx IS NOT NULL GROUP BY ALL
 ), per_device AS (
     SELECT run_id, device_id, sum(comm_overlap_ns) / nullif(sum(dur_ns), 0) AS overlap_fraction,
-           sum(dur_ns) FILTER (overlap_ns > 0 AND t0_ns IS NOT NULL)
-               / nullif(sum(t0_ns) FILTER (overlap_ns > 0 AND t0_ns IS NOT NULL), 0) - 1 AS compute_slowdown,
            count(*) AS compute_kernels, count(*) FILTER (overlap_ns > 0) AS overlapped_kernels
     FROM inst GROUP BY ALL
 ), per_group AS (
     SELECT run_id, device_id, nvtx, sum(dur_ns)::BIGINT AS compute_ns, sum(comm_overlap_ns)::BIGINT AS overlap_ns,
            sum(comm_overlap_ns) / nullif(sum(dur_ns), 0) AS overlap_fraction,
-           sum(dur_ns) FILTER (overlap_ns > 0 AND t0_ns IS NOT NULL)
-               / nullif(sum(t0_ns) FILTER (overlap_ns > 0 AND t0_ns IS NOT NULL), 0) - 1 AS compute_slowdown,
            count(*) AS compute_kernels, count(*) FILTER (overlap_ns > 0) AS overlapped_kernels
     FROM inst WHERE nvtx IS NOT NULL GROUP BY ALL
 )
 SELECT t.run_id, t.device_id, NULL::VARCHAR AS nvtx, t.compute_ns::BIGINT AS compute_ns, t.comm_ns::BIGINT AS comm_ns,
        t.overlap_ns::BIGINT AS overlap_ns, (t.comm_ns - t.overlap_ns)::BIGINT AS exposed_comm_ns,
-       t.overlap_ns / nullif(t.comm_ns, 0)::DOUBLE AS hidden_comm_fraction, p.overlap_fraction, p.compute_slowdown,
+       t.overlap_ns / nullif(t.comm_ns, 0)::DOUBLE AS hidden_comm_fraction, p.overlap_fraction, d.compute_slowdown,
        coalesce(p.compute_kernels, 0) AS compute_kernels, coalesce(p.overlapped_kernels, 0) AS overlapped_kernels
-FROM totals t LEFT JOIN per_device p USING (run_id, device_id)
+FROM totals t LEFT JOIN per_device p USING (run_id, device_id) LEFT JOIN slowed_device d USING (run_id, device_id)
 UNION ALL
-SELECT run_id, device_id, nvtx, compute_ns, NULL, overlap_ns, NULL, NULL, overlap_fraction, compute_slowdown,
-       compute_kernels, overlapped_kernels
-FROM per_group
+SELECT g.run_id, g.device_id, g.nvtx, g.compute_ns, NULL, g.overlap_ns, NULL, NULL, g.overlap_fraction,
+       d.compute_slowdown, g.compute_kernels, g.overlapped_kernels
+FROM per_group g LEFT JOIN slowed_group d USING (run_id, device_id, nvtx)

@@ -89,7 +89,8 @@
 --   cache_evidence      VARCHAR  ncu_working_set (profiles), footprint (co-runners with DRAM traffic), extra_traffic
 --                                (traffic beyond the demand alone), or NULL
 WITH inst AS (
-    SELECT i.run_id, i.device_id, i.activity_id, b.group_id, i.activity, i.activity_class, i.dur_ns, b.t0_ns,
+    SELECT i.run_id, i.device_id, i.activity_id, b.group_id, i.activity, i.activity_class, i.start_ns, i.end_ns,
+           i.dur_ns, b.t0_ns,
            coalesce(w.work_ns, i.dur_ns) AS work_ns,
            i.overlap_fraction AS f, i.comm_fraction, i.ctas, i.sm_count AS s_count,
            coalesce(n.ctas_per_sm, i.launch_occupancy) AS occ,
@@ -132,10 +133,8 @@ WITH inst AS (
 ), known_demand AS (
     -- signatures whose DRAM rate alone was measured: an isolated instance with GPU metrics, samples taken while one
     -- of its instances ran alone for a stretch, or a Nsight Compute profile
-    SELECT DISTINCT r.run_id, r.device_id, r.sig
-    FROM _activity_rows r JOIN _instance_overlap o USING (run_id, device_id, activity_id)
-    JOIN _instance_metrics m USING (run_id, device_id, activity_id)
-    WHERE o.overlap_ns = 0 AND r.dur_ns > 0 AND m.dram_pct IS NOT NULL
+    SELECT DISTINCT run_id, device_id, sig FROM _instance_facts
+    WHERE overlap_ns = 0 AND dur_ns > 0 AND dram_pct IS NOT NULL
     UNION
     SELECT run_id, device_id, sig FROM _solo_rates WHERE dram_pct IS NOT NULL
     UNION
@@ -157,10 +156,9 @@ WITH inst AS (
 ), candidates AS (
     -- the witness of lost reuse: DRAM traffic measured during the instance at least extra_traffic_min_pct above what
     -- it and its co-runners move alone
-    SELECT i.run_id, i.device_id, i.activity_id, f.start_ns, f.end_ns,
+    SELECT i.run_id, i.device_id, i.activity_id, i.start_ns, i.end_ns,
            u.activity_id IS NOT NULL AS self_unknown
-    FROM inst i JOIN instance_facts f USING (run_id, activity_id)
-    LEFT JOIN unknown_demand u ON u.run_id = i.run_id AND u.activity_id = i.activity_id
+    FROM inst i LEFT JOIN unknown_demand u ON u.run_id = i.run_id AND u.activity_id = i.activity_id
     WHERE i.c_dram - i.r_v - coalesce(i.r_c, 0) >= i.extra_traffic_min_pct
 ), at_start AS (
     SELECT c.*, coalesce(e.running, 0) AS running_at_start, coalesce(e.started_upto, 0) AS started_at_start

@@ -73,13 +73,12 @@ WITH inst AS (
     -- a collective that waited for another rank counts its transfer (_collective_arrivals), as its baseline does
     SELECT i.*, coalesce(c.work_ns, i.dur_ns) AS work_ns, b.group_id, b.pool_id, b.t0_ns AS t0_inst,
            i.overlap_ns > 0 AS ovl
-    FROM instance_facts i JOIN _instance_baselines b USING (run_id, activity_id)
+    FROM _instance_facts i JOIN _instance_baselines b USING (run_id, activity_id)
     LEFT JOIN _collective_arrivals c USING (run_id, activity_id)
 ), agg AS (
     -- the weighted sums are exact (fixed point: 1e-6 of a unit; bytes x ns, up to 1e23, whole), so they do not
     -- depend on the order in which parallel threads add them, without buffering and sorting each group's values
-    SELECT group_id, any_value(pool_id) AS pool_id, any_value(activity) AS activity, any_value(kind) AS kind, any_value(name) AS name,
-           any_value(short_name) AS short_name, any_value(grid) AS grid, any_value(block) AS block,
+    SELECT group_id, any_value(pool_id) AS pool_id, any_value(activity) AS activity, any_value(kind) AS kind,
            any_value(dynamic_smem_bytes) AS dynamic_smem_bytes, any_value(bytes) AS bytes, any_value(ctas) AS ctas,
            any_value(sm_count) AS sm_count, any_value(launch_occupancy) AS occupancy,
            sum(work_ns) FILTER (ovl)::BIGINT AS sum_t1_ns,
@@ -102,7 +101,7 @@ WITH inst AS (
                / sum(overlap_ns) FILTER (ovl AND co_sm_issue_pct IS NOT NULL) AS co_sm_issue_pct
     FROM inst GROUP BY group_id
 )
-SELECT s.run_id, s.device_id, s.group_id, s.nvtx, a.activity, a.kind, a.name, a.short_name, a.grid, a.block,
+SELECT s.run_id, s.device_id, s.group_id, s.nvtx, a.activity, a.kind, n.name, n.short_name, n.grid, n.block,
        a.dynamic_smem_bytes, a.bytes, s.mode, s.split, a.ctas, a.occupancy, a.sm_count, s.n, s.n_overlapped, s.n_isolated, s.t0_ns, s.t0_lo_ns, s.t0_hi_ns, s.t0_spread, s.t1_ns,
        s.t1_lo_ns, s.t1_hi_ns, a.sum_t1_ns, a.sum_t0_ns, a.wait_excluded_ns, s.slowdown, s.slowdown_lo, s.slowdown_hi,
        s.significant AS significant_stat, s.baseline, s.baseline_drift, s.drift, s.conflated, s.note,
@@ -115,4 +114,5 @@ SELECT s.run_id, s.device_id, s.group_id, s.nvtx, a.activity, a.kind, a.name, a.
        s.pcie_pct_ovl, s.power_w_iso, s.power_w_ovl, a.co_dram_pct, a.co_kernel_dram_pct, a.co_working_set_bytes,
        s.sm_issue_pct_iso,
        a.co_sm_issue_pct
-FROM _signature_stats s JOIN agg a USING (group_id)
+-- a group is one signature's (_signature_stats.sig): its names are the signature's
+FROM _signature_stats s JOIN agg a USING (group_id) LEFT JOIN _signatures n ON n.sig = s.sig
