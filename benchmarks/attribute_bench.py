@@ -392,7 +392,8 @@ def profile_view(run_dir: str, view: str, profile_path: str) -> None:
 
     A view that the attribution computes (``traceql.attribution.NEEDS_PREPARE``) is evaluated after ``prepare``
     from its own SQL (``queries/VIEW.sql``), over the tables ``prepare`` computed: its own cost. (Read as a view
-    it would be the table ``prepare`` kept, and before ``prepare`` it refuses to be read.)"""
+    it would be the table ``prepare`` kept, and before ``prepare`` it refuses to be read.) For a view the engine
+    computes in ``prepare`` (``_group_predictions``), that file is its reference SQL, not what ``prepare`` runs."""
     from traceql import attribution, store
     from traceql.queries_loader import query_files
 

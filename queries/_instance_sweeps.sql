@@ -52,8 +52,8 @@ SELECT a.run_id, a.device_id, a.activity_id, o.comm_overlap_ns, o.compute_overla
        o.overlap_ns, o.corunner_sm_ns, o.comm_sm_ns, o.exclusive_sm_ns, o.exclusive_start_sm_ns, o.sm_count, m.samples,
        m.sm_active_pct, m.dram_pct, m.gpc_clock_mhz, m.nvlink_pct, m.pcie_pct, m.sm_issue_pct, d.own_dram_pct,
        r.working_set_bytes, d.co_dram_pct, d.co_kernel_dram_pct, d.co_working_set_bytes,
-       r.sm_issue_pct AS own_sm_issue_pct, d.co_sm_issue_pct, c.step_start_ns, c.step_text, c.occurrence, g.nvtx, p.power_w, p.nvml_sm_clock_mhz,
-       p.throttle_reasons
+       r.sm_issue_pct AS own_sm_issue_pct, d.co_sm_issue_pct, c.step_start_ns, c.step_text, c.occurrence, g.nvtx,
+       p.power_w, p.nvml_sm_clock_mhz, p.throttle_reasons
 FROM _activity_rows a
 JOIN _instance_overlap o USING (run_id, device_id, activity_id)
 LEFT JOIN _instance_metrics m USING (run_id, device_id, activity_id)

@@ -22,7 +22,7 @@ WITH totals AS (
     SELECT run_id, device_id, activity_id, nvtx, dur_ns, comm_overlap_ns, overlap_ns
     FROM _instance_facts WHERE activity = 'kernel' AND activity_class = 'compute'
 ), slowed AS (
-    -- the overlapped ones with a baseline, t0 per instance (NULL in groups left out as conflated)
+    -- the overlapped ones with a baseline, t0 per instance (none from groups left out as conflated: their t0 is NULL)
     SELECT i.run_id, i.device_id, i.nvtx, i.dur_ns, b.t0_ns
     FROM inst i JOIN _instance_baselines b USING (run_id, activity_id)
     WHERE i.overlap_ns > 0 AND b.t0_ns IS NOT NULL
