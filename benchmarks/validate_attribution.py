@@ -298,25 +298,29 @@ def training_table(attribute) -> str:
 
 # the real training runs whose coverage is measured: (data folder, run names, those the targets apply to: DDP and
 # FSDP2 in the three modes; the straggler runs are overlapped throughout, so nothing in them has an isolated baseline
-# in the trace itself, and a baseline run: (its data folder, its name) or None). Against a baseline run (as a user
-# would give `--baseline`: the same program on the same GPU model), the straggler runs are judged too.
+# in the trace itself, and a baseline run: (its data folder, its name, Nsight Compute reports) or None). Against a
+# baseline run (as a user would give `--baseline`: the same program on the same GPU model), the straggler runs are
+# judged too; the slowed rank's co-runner, which the baseline run never launches, takes its duration from an Nsight
+# Compute profile of the same program (`--ncu`, tests/data/h200_corunner_ncu: the 2-GPU run's co-runner had another
+# name, from the program's version of that day).
+CORUNNER_NCU = ROOT / "tests/data/h200_corunner_ncu"
 COVERAGE_RUNS = [(ROOT / "tests/data/h200x2", ["train_ddp", "train_ddp_repeat", "train_ddp_ctas2", "train_fsdp2",
                                                "train_pp"], {"train_ddp", "train_ddp_repeat", "train_ddp_ctas2",
                                                              "train_fsdp2"}, None),
                  (ROOT / "tests/data/h200x2_training", ["train_ddp_straggler"], set(), None),
                  (ROOT / "tests/data/h200x2_training", ["train_ddp_straggler"], {"train_ddp_straggler"},
-                  (ROOT / "tests/data/h200x2", "train_ddp")),
+                  (ROOT / "tests/data/h200x2", "train_ddp", [CORUNNER_NCU / "spin_hold.ncu-rep.xz"])),
                  (ROOT / "tests/data/h200x4", ["train_ddp", "train_fsdp2", "train_ddp_straggler"],
                   {"train_ddp", "train_fsdp2"}, None),
                  (ROOT / "tests/data/h200x4", ["train_ddp_straggler"], {"train_ddp_straggler"},
-                  (ROOT / "tests/data/h200x4", "train_ddp")),
+                  (ROOT / "tests/data/h200x4", "train_ddp", [CORUNNER_NCU / "busy_wait.ncu-rep.xz"])),
                  (ROOT / "tests/data/h200x2_paths", ["train_ddp_straggler"], set(), None),
                  (ROOT / "tests/data/h200x4_paths", ["train_ddp_straggler"], set(), None),
                  # held out: another model shape, collected after the rules it checks (its README)
                  (ROOT / "tests/data/h200x2_heldout", ["train_ddp", "train_fsdp2", "train_ddp_straggler"],
                   {"train_ddp", "train_fsdp2"}, None),
                  (ROOT / "tests/data/h200x2_heldout", ["train_ddp_straggler"], {"train_ddp_straggler"},
-                  (ROOT / "tests/data/h200x2_heldout", "train_ddp"))]
+                  (ROOT / "tests/data/h200x2_heldout", "train_ddp", [CORUNNER_NCU / "busy_wait.ncu-rep.xz"]))]
 COVERAGE_TARGETS = {"compute": 0.9, "comm": 0.8}
 
 
@@ -332,7 +336,8 @@ def coverage_rows(folder: Path) -> list[dict]:
     for n, (data, names, judged, against) in enumerate(COVERAGE_RUNS):
         store = build_store(folder / f"{n}-{data.name}", names, data=data)
         base = None if against is None else build_store(folder / f"{n}-baseline", [against[1]], data=against[0])
-        result = attribute(store, group_by_nvtx="case:train*", baseline=base)
+        result = attribute(store, group_by_nvtx="case:train*", baseline=base,
+                           ncu=None if against is None else against[2])
         labels = {r["run_id"]: name for name in names for r in result.runs.to_pylist()
                   if Path(r["source_path"]).name.startswith(name + ".")}
         ranks = len({v["device_id"] for v in result.verdicts})
@@ -340,7 +345,7 @@ def coverage_rows(folder: Path) -> list[dict]:
         for v in result.verdicts:
             name = labels.get(v["run_id"], v["run_id"])
             events = not any(v["run_id"] in n for n in result.notes if "no CUDA event records" in n)
-            versus = ("" if against is None else f", against {against[1]}") + (
+            versus = ("" if against is None else f", against {against[1]} and Nsight Compute") + (
                 ", held out" if data.name.endswith("_heldout") else "")
             out.append(dict(run=f"{name} ({ranks} GPUs{', CUDA event records' if events else ''}{versus})",
                             device=v["device_id"],
@@ -430,9 +435,10 @@ def main(argv=None) -> int:
                "waiting for late ranks cost them. Without CUDA event records (runs not marked so) one stream's wait "
                "for another is not seen, and what reached is a lower bound (≥). The straggler runs are overlapped "
                "throughout (no kernel ran alone there), so they are also shown against a baseline run (`--baseline`: "
-               "`train_ddp`, the same program on the same GPU model, collected apart), as a user would give one. Runs "
-               "marked held out (`tests/data/h200x2_heldout`: another model shape) were collected after the rules "
-               "they check, their expectations written first.\n\n"
+               "`train_ddp`, the same program on the same GPU model, collected apart), as a user would give one, "
+               "with an Nsight Compute profile (`--ncu`, `tests/data/h200_corunner_ncu`) of the slowed rank's "
+               "co-runner, which ran alone in neither run. Runs marked held out (`tests/data/h200x2_heldout`: another "
+               "model shape) were collected after the rules they check, their expectations written first.\n\n"
                + coverage)
             + "\n")
     if args.write:

@@ -164,3 +164,26 @@ def test_a_baseline_run_answers_the_straggler_run(tmp_path):
     lost = v[0]["lost_by_cause_ms"]
     assert max(lost, key=lost.get) == "sm"
     assert v[1]["wait_ms"] == alone[1]["wait_ms"]  # waits read no baseline
+
+
+# The co-runner that makes the rank slow (spin_hold) runs alone nowhere: neither in the straggler run nor in the
+# baseline run, which never launches it. An Nsight Compute profile of it (tests/data/h200_corunner_ncu, its README's
+# expectations written before the collection) gives its isolated duration; every other signature keeps the baseline
+# run's, and the co-runner's 600 ms on the slowed device are answered: a timer-bound spin, not slowed.
+def test_nsight_compute_answers_what_the_baseline_run_never_ran(tmp_path):
+    from traceql.attribute import attribute
+
+    run = build_store(tmp_path / "run", data=DATA)
+    base = build_store(tmp_path / "base", ["train_ddp"], data=Path(__file__).parent / "data" / "h200x2")
+    ncu = Path(__file__).parent / "data" / "h200_corunner_ncu" / "spin_hold.ncu-rep.xz"
+    doc = attribute(run, group_by_nvtx="case:train*", baseline=base, ncu=[ncu]).to_json()
+    spins = [k for k in doc["kernels"] if k["short_name"] == "spin_hold"]
+    assert len(spins) == 2 and {k["device_id"] for k in spins} == {0}
+    for k in spins:
+        assert k["baseline"] == "ncu" and k["t0_ns"] == pytest.approx(300e6, rel=0.02)
+        assert abs(k["slowdown"]) < 0.02 and k["class"] != "unexplained"
+    others = [k for k in doc["kernels"] if k["n_overlapped"] and k["kind"] == "compute" and k["t0_ns"] is not None
+              and k["short_name"] != "spin_hold"]
+    assert others and {k["baseline"] for k in others} == {"baseline run"}
+    v = {x["device_id"]: x for x in doc["verdicts"]}
+    assert v[0]["coverage_compute"] >= 0.9

@@ -49,6 +49,7 @@ from .attribution.result import (  # noqa: F401  (FACTORS, KERNEL_COLUMNS, as_st
     unattributed_notes,
     untested_notes,
     untraced_runs,
+    with_ncu,
 )
 from .attribution.verdict import verdicts
 from .errors import BadInputError, MissingInputError, UsageError
@@ -153,14 +154,14 @@ def attribute(inputs: list[str | Path] | str | Path, *, baseline: str | Path | N
 
 def _external(con: duckdb.DuckDBPyConnection, baseline: Path | None, workdir: Path,
               rule: launch.Rule = launch.DEFAULT) -> External | None:
-    """Isolated durations from elsewhere for signatures the trace never ran alone: a baseline run's isolated
-    instances (``--baseline``; then every signature takes its baseline from there, their launch contexts read by the
-    inputs' ``rule``), else Nsight Compute's."""
+    """Isolated durations from elsewhere: a baseline run's isolated instances (``--baseline``; then every signature it
+    ran alone takes its baseline from there, their launch contexts read by the inputs' ``rule``), and Nsight Compute's
+    for signatures never isolated here nor there."""
     if baseline is not None:
         external, base_gpus = baseline_run(baseline, workdir, rule=rule)
         check_baseline_gpus(baseline, base_gpus, {r[0] for r in con.sql("SELECT DISTINCT name FROM devices")
                                                    .fetchall()})
-        return external
+        return with_ncu(external, con)
     return ncu_external(con)
 
 

@@ -31,7 +31,6 @@ from .attribution.result import (
     baseline_run,
     check_baseline_gpus,
     delay_note,
-    ncu_external,
     ncu_facts,
     ncu_notes_text,
     ncu_runs_of,
@@ -41,6 +40,7 @@ from .attribution.result import (
     unattributed_note,
     untested_notes,
     untraced_runs,
+    with_ncu,
 )
 from .attribution.verdict import verdicts
 from .errors import BadInputError, TraceqlError
@@ -92,7 +92,7 @@ def attribute_run(dirs: Sequence[Path], run_id: str, shared: Sequence[str], exte
         rule.apply(con)
         if group_by_nvtx:
             attribution.group_by_nvtx(con, group_by_nvtx)
-        attribution.prepare(con, external if external is not None else ncu_external(con))
+        attribution.prepare(con, with_ncu(external, con))
         where = "WHERE comm_fraction > 0" if focus == "comm" else ""
         kernels = con.sql(f"SELECT {KERNEL_COLUMNS} FROM kernel_attribution {where} "
                           f"ORDER BY {KERNEL_ORDER}").to_arrow_table()

@@ -266,7 +266,9 @@ def attribute(
                                                       "directory may be a URL).")] = None,
     ncu: Annotated[list[str], typer.Option(help="Nsight Compute report (.ncu-rep, .ncu-rep.xz) or run directory "
                                                 "holding one (a path or URL): isolated-kernel counters for the "
-                                                "models (repeatable).", metavar="REPORT|RUN_DIR")] = [],  # noqa: B006
+                                                "models, and the baseline of kernels that ran alone neither here "
+                                                "nor in --baseline (repeatable).",
+                                           metavar="REPORT|RUN_DIR")] = [],  # noqa: B006
     group_by_nvtx: Annotated[str | None, typer.Option(help="Group kernels by the innermost NVTX range around their "
                                                            "launch whose text matches this glob, e.g. 'case:*' or "
                                                            "'step*' (see --nvtx-scope).")] = None,

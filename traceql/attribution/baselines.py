@@ -86,11 +86,14 @@ class External:
     its launch context (``text``: its innermost NVTX range's text, None outside one; ``occ``: its occurrence there,
     -1 outside one) and its GPU metrics (each of ``ISO_MEDIANS``, NaN where not sampled). A signature whose
     durations there are a mixture is split by the contexts as a mixture of this trace's own isolated instances would
-    be, and each pool's isolated behaviour (``*_iso``) is that of its instances there."""
+    be, and each pool's isolated behaviour (``*_iso``) is that of its instances there. ``fallback``: durations from a
+    second source (Nsight Compute's beside a baseline run), per key, for signatures ``durations`` lacks; like those
+    of a source that does not replace, they serve only signatures never isolated here."""
 
     durations: dict[tuple[str, int], tuple[str, np.ndarray]]
     replace: bool = False
     facts: dict[tuple[str, int], dict[str, list | np.ndarray]] = field(default_factory=dict)
+    fallback: dict[tuple[str, int], tuple[str, np.ndarray]] = field(default_factory=dict)
 
 
 def is_mixture(iso: np.ndarray) -> bool:
@@ -173,7 +176,9 @@ def instances(con: duckdb.DuckDBPyConnection, external: External | None, gpu_nam
         if external is not None and gpu_names is not None:
             key = (gpu_names.get((run, int(dev)), ""), int(sig))
             ext, ef = external.durations.get(key), ext_facts.get(key)
-        replaces = bool(external and external.replace)
+        replaces = bool(external and external.replace and ext is not None)
+        if ext is None and external is not None and gpu_names is not None:
+            ext = external.fallback.get(key)
         if ext is not None and replaces and ef is not None:
             splits = _split_by_external(f, ext, ef)
         else:

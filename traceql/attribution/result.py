@@ -6,6 +6,7 @@ their checks, and the notes on what was not attributed."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import shutil
 from collections.abc import Sequence
@@ -213,6 +214,17 @@ def ncu_external(con: duckdb.DuckDBPyConnection) -> External | None:
                       WHERE n.duration_ns > 0""").fetchall()
     durations = {(gpu, int(sig)): ("ncu", np.array([dur], dtype=float)) for gpu, sig, dur in rows}
     return External(durations, replace=False) if durations else None
+
+
+def with_ncu(external: External | None, con: duckdb.DuckDBPyConnection) -> External | None:
+    """A baseline run's durations (``external``) with Nsight Compute's for the signatures it lacks (kernels the
+    baseline run never ran alone, or never ran: a co-runner only the traced run launched); Nsight Compute's alone
+    without a baseline run."""
+    ncu = ncu_external(con)
+    if external is None or ncu is None:
+        return external if external is not None else ncu
+    return dataclasses.replace(external, fallback={k: v for k, v in ncu.durations.items()
+                                                   if k not in external.durations})
 
 
 # run formats whose traces carry no GPU metrics by nature (docs/kineto.md): what attribution cannot test for them
