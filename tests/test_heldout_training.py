@@ -12,6 +12,7 @@ from h200x2 import build_store
 from traceql.attribute import attribute
 
 DATA = Path(__file__).parent / "data" / "h200x2_heldout"
+CORUNNER_NCU = Path(__file__).parent / "data" / "h200_corunner_ncu" / "busy_wait.ncu-rep.xz"
 
 
 def _verdicts(doc: dict) -> dict[int, dict]:
@@ -26,6 +27,7 @@ def docs(tmp_path_factory):
     fsdp2 = build_store(tmp / "fsdp2", ["train_fsdp2"], data=DATA)
     return {"alone": attribute(straggler, group_by_nvtx="case:train*").to_json(),
             "against": attribute(straggler, group_by_nvtx="case:train*", baseline=ddp).to_json(),
+            "ncu": attribute(straggler, group_by_nvtx="case:train*", baseline=ddp, ncu=[CORUNNER_NCU]).to_json(),
             "fsdp2": attribute(fsdp2, group_by_nvtx="case:train*").to_json()}
 
 
@@ -59,3 +61,24 @@ def test_4_fsdp2_is_answered_and_nothing_is_conflated(docs):
                 and k["nvtx"] is None]
         total = sum(k["sum_t1_ns"] or 0 for k in rows)
         assert sum(k["sum_t1_ns"] or 0 for k in rows if k["conflated"]) <= 0.05 * total
+
+
+# tests/data/h200_corunner_ncu/README.md (written before that profile was collected): an Nsight Compute profile of the
+# co-runner, given beside the baseline run, answers the co-runner and changes no other row's class.
+@pytest.mark.xfail(strict=True, reason="expectation missed as collected: one row (cunn_SoftMaxBackward, step 1, "
+                   "device 0) goes from sm to unexplained: with every co-runner's demand known, the DRAM measured "
+                   "beyond it opens the cache model's extra-traffic witness, which predicts the whole calibrated loss "
+                   "(tests/data/h200_corunner_ncu/README.md)")
+def test_a_profile_of_the_co_runner_answers_it_and_nothing_else_changes(docs):
+    def key(k):
+        return k["device_id"], k["nvtx"], k["name"], k["mode"], k["split"]
+
+    before = {key(k): k for k in docs["against"]["kernels"]}
+    after = {key(k): k for k in docs["ncu"]["kernels"]}
+    assert before.keys() == after.keys()
+    spins = [k for k in after.values() if k["short_name"] == "busy_wait"]
+    assert len(spins) == 2 and all(k["baseline"] == "ncu" and abs(k["slowdown"]) < 0.02 for k in spins)
+    assert all(before[key(k)]["t0_ns"] is None and k["class"] != "unexplained" for k in spins)
+    changed = [k for k in after if after[k]["class"] != before[k]["class"] and after[k]["short_name"] != "busy_wait"]
+    assert not changed
+    assert _verdicts(docs["ncu"])[0]["coverage_compute"] >= 0.9
