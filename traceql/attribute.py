@@ -41,7 +41,6 @@ from .attribution.result import (  # noqa: F401  (FACTORS, KERNEL_COLUMNS, as_st
     check_ncu,
     delay_note,
     input_paths,
-    ncu_external,
     ncu_notes,
     ncu_store,
     path_note,
@@ -157,12 +156,12 @@ def _external(con: duckdb.DuckDBPyConnection, baseline: Path | None, workdir: Pa
     """Isolated durations from elsewhere: a baseline run's isolated instances (``--baseline``; then every signature it
     ran alone takes its baseline from there, their launch contexts read by the inputs' ``rule``), and Nsight Compute's
     for signatures never isolated here nor there."""
+    external = None
     if baseline is not None:
         external, base_gpus = baseline_run(baseline, workdir, rule=rule)
         check_baseline_gpus(baseline, base_gpus, {r[0] for r in con.sql("SELECT DISTINCT name FROM devices")
                                                    .fetchall()})
-        return with_ncu(external, con)
-    return ncu_external(con)
+    return with_ncu(external, con)
 
 
 class _CallableModule(types.ModuleType):

@@ -173,12 +173,14 @@ def instances(con: duckdb.DuckDBPyConnection, external: External | None, gpu_nam
             f = _Taken(f, rows)
         run, dev, sig = text.names[_first(f, "run")], _first(f, "dev"), _first(f, "sig")
         ext = ef = None
+        replaces = False
         if external is not None and gpu_names is not None:
             key = (gpu_names.get((run, int(dev)), ""), int(sig))
             ext, ef = external.durations.get(key), ext_facts.get(key)
-        replaces = bool(external and external.replace and ext is not None)
-        if ext is None and external is not None and gpu_names is not None:
-            ext = external.fallback.get(key)
+            # a source that replaces does so where it has the signature; its fallback never replaces
+            replaces = external.replace and ext is not None
+            if ext is None:
+                ext = external.fallback.get(key)
         if ext is not None and replaces and ef is not None:
             splits = _split_by_external(f, ext, ef)
         else:

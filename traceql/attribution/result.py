@@ -223,8 +223,7 @@ def with_ncu(external: External | None, con: duckdb.DuckDBPyConnection) -> Exter
     ncu = ncu_external(con)
     if external is None or ncu is None:
         return external if external is not None else ncu
-    return dataclasses.replace(external, fallback={k: v for k, v in ncu.durations.items()
-                                                   if k not in external.durations})
+    return dataclasses.replace(external, fallback=ncu.durations)
 
 
 # run formats whose traces carry no GPU metrics by nature (docs/kineto.md): what attribution cannot test for them
