@@ -14,6 +14,8 @@
 #              -> $OUT/eval_copies_<gpu>.sqlite.xz, .log
 #   residency  collectors/residency.py on GPU 0 (calibration data for the SM model) -> $OUT/residency_<gpu>.sqlite.xz
 #   residency_gemms  collectors/residency.py --case gemms (a check of the delays rule) -> residency_gemms_<gpu>...
+#   residency_pairs  collectors/residency.py --case pairs (which co-runners take SMs from which victims)
+#              -> residency_pairs_<gpu>.sqlite.xz and .log
 #   held       collectors/eval_held.py the same way, nsys also tracing CUDA events (--cuda-event-trace=true, where
 #              this nsys has it) -> $OUT/eval_held_<gpu>x2.sqlite.xz and .log
 # OUT defaults to ./out. Extra arguments go to eval_cases.py. Each step has its own time limits; each step's log is
@@ -99,6 +101,13 @@ for step in ${EVAL_STEPS:-cases}; do
         echo "### gpu $gpu"; versions
         profile residency_gemms "residency_gemms_$gpu" 0 200 python3 "$C/residency.py" --case gemms --profile-range
       } 2>&1 | tee "$OUT/residency_gemms_$gpu.log" ;;
+    residency_pairs)
+      # which co-runners take an SM from which victims (tests/data/calibration/pairs/README.md)
+      rm -f "$W"/residency_pairs*
+      {
+        echo "### gpu $gpu"; versions
+        profile residency_pairs "residency_pairs_$gpu" 0 200 python3 "$C/residency.py" --case pairs --profile-range
+      } 2>&1 | tee "$OUT/residency_pairs_$gpu.log" ;;
     allreduce) torchrun_step allreduce NCCL_MAX_CTAS=16 NCCL_MIN_CTAS=16 ;;
     comm) torchrun_step comm ;;
     held)
@@ -108,6 +117,6 @@ for step in ${EVAL_STEPS:-cases}; do
       echo "held: NSYS_EXTRA=${NSYS_EXTRA:-(none: this nsys has no --cuda-event-trace)}"
       torchrun_step held
       NSYS_EXTRA= ;;
-    *) echo "unknown step $step (cases, copies, residency, residency_gemms, allreduce, comm, held)" ;;
+    *) echo "unknown step $step (cases, copies, residency, residency_gemms, residency_pairs, allreduce, comm, held)" ;;
   esac
 done

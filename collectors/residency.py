@@ -24,11 +24,17 @@ Each case: the victim alone (``case:chase_alone``), then beside the co-runner la
 asked to last 4x the victim's launches (``case:chase_fill;corunner=fill_sleep``). ``ctas_per_sm`` labels what the
 victim places per SM alone. ``expect`` is not given: this is calibration data, not an evaluation case.
 
+``--case pairs`` (tests/data/calibration/pairs/README.md): which co-runners take an SM from which victims. Victims
+``gemm`` (cuBLAS bf16 GEMM 8192^3) and ``chase4`` (``chase`` with 4S CTAs), each alone and then beside ``hold_half``:
+CTAs that sleep on the SMs of even ``%smid`` (the others return at once), k x S of them, sized so that exactly k fit
+on an SM (``h1s``, ``h2s``, ``h4s``: 128 threads and shared memory for 1, 2, 4 per SM; ``h2t``: 1024 threads, none;
+``h4t``: 384 threads and a quarter of the shared memory).
+
 ``--case gemms`` (a check of the delays rule, written after it): the victim is PyTorch's elementwise add over two
 64 Mi-element fp32 tensors on a non-blocking stream, the co-runner cuBLAS bf16 GEMMs 8192^3 back to back on another
 (``case:add_alone``, then ``case:add_gemms;corunner=gemm``).
 
-    python collectors/residency.py [--case fill|gemms] [--reps 20] [--profile-range]
+    python collectors/residency.py [--case fill|gemms|pairs] [--reps 20] [--profile-range]
 """
 
 from __future__ import annotations
@@ -57,6 +63,17 @@ extern "C" __global__ void __launch_bounds__(512) fill_sleep512(unsigned long lo
     sleep_for(cta_ns, sink);
 }
 
+extern "C" __global__ void __launch_bounds__(1024)
+hold_half(unsigned long long cta_ns, int *smids) {
+    extern __shared__ int smem[];
+    unsigned int id;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(id));
+    if (id & 1u) return;  // only the SMs of even %smid are held
+    if (threadIdx.x == 0) smids[blockIdx.x] = (int)id;
+    sleep_for(cta_ns, smids);
+    if (cta_ns == 0xFFFFFFFFFFFFFFFFull) smids[0] = smem[threadIdx.x];  // never: keeps the shared memory
+}
+
 extern "C" __global__ void __launch_bounds__(512)
 chase(const unsigned int *__restrict__ next, unsigned int mask, int steps, unsigned int *out) {
     unsigned int i = (blockIdx.x * blockDim.x + threadIdx.x) & mask;
@@ -71,7 +88,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--reps", type=int, default=20, help="victim launches per case (>= 20)")
     p.add_argument("--steps", type=int, default=4000, help="dependent loads per victim thread")
     p.add_argument("--cta-us", type=float, default=20.0, help="how long each co-runner CTA sleeps (us)")
-    p.add_argument("--case", choices=("fill", "gemms"), default="fill", help="which experiment (see above)")
+    p.add_argument("--case", choices=("fill", "gemms", "pairs"), default="fill", help="which experiment (see above)")
     p.add_argument("--profile-range", action="store_true", help="cudaProfilerStart/Stop around the measured part")
     return p.parse_args(argv)
 
@@ -84,6 +101,9 @@ class Residency(CudaBench):
         mod = cp.RawModule(code=SRC, options=("-std=c++17",))
         self.k_fill = {128: mod.get_function("fill_sleep"), 512: mod.get_function("fill_sleep512")}
         self.k_chase = mod.get_function("chase")
+        self.k_hold = mod.get_function("hold_half")
+        self.k_hold.max_dynamic_shared_size_bytes = self.smem_optin
+        self.smids = cp.full(64 * self.sms, -1, dtype=cp.int32)
         n = 1 << 20  # 4 MiB of uint32: a random cycle through the table, in L2
         perm = np.random.default_rng(7).permutation(n).astype(np.uint32)
         nxt = np.empty(n, dtype=np.uint32)
@@ -141,10 +161,71 @@ class Residency(CudaBench):
         if args.profile_range:
             torch.cuda.cudart().cudaProfilerStop()
 
+    def holders(self) -> dict[str, tuple[int, int, int]]:
+        """The co-runners of ``--case pairs``: name -> (CTAs per held SM, threads, dynamic shared memory bytes)."""
+        kib, sm, res = 1024, self.smem_sm, self.smem_reserved
+        return {"h1s": (1, 128, min(self.smem_optin, sm - 32 * kib)),
+                "h2s": (2, 128, sm // 2 - res - 2 * kib),
+                "h4s": (4, 128, sm // 4 - res - 2 * kib),
+                "h2t": (2, 1024, 0),
+                "h4t": (4, 384, sm // 4 - res - 2 * kib)}
+
+    def hold(self, name: str, total_ms: float) -> None:
+        k, threads, smem = self.holders()[name]
+        with self._cp_stream():  # ordered with the launch below, on the same stream
+            self.smids.fill(-1)
+        self.k_hold((k * self.sms,), (threads,), (self.np.uint64(int(total_ms * 1e6)), self.smids),
+                    shared_mem=smem, stream=self._cp_stream())
+
+    def placement(self, name: str) -> str:
+        """Where the last ``hold`` of ``name`` stayed: SMs held and CTAs per SM (its CTAs on odd SMs returned)."""
+        np = self.np
+        ids = self.smids.get()
+        ids = ids[ids >= 0]
+        per = np.bincount(ids) if len(ids) else np.zeros(1, dtype=np.int64)
+        held = per[per > 0]
+        return (f"{name}: {len(ids)} CTAs stayed on {len(held)} SMs, {held.min() if len(held) else 0}-"
+                f"{held.max() if len(held) else 0} per SM")
+
+    def pairs(self) -> None:
+        """Each victim alone, then beside each co-runner (tests/data/calibration/pairs/README.md)."""
+        torch, args, S = self.torch, self.args, self.sms
+        gen = torch.Generator(device="cuda").manual_seed(5)
+        g = 8192
+        ga, gb = (torch.randn(g, g, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(2))
+        gc = torch.empty(g, g, device="cuda", dtype=torch.bfloat16)
+        victims = {"gemm": lambda: torch.matmul(ga, gb, out=gc), "chase4": lambda: self.chase(4 * S)}
+        for fn in victims.values():  # warm up and compile
+            for _ in range(3):
+                fn()
+        for name in self.holders():
+            self.hold(name, 0.5)
+        torch.cuda.synchronize()
+        print(f"gpu {self.gpu_name}: {S} SMs, smem/SM {self.smem_sm // 1024} KiB (reserved {self.smem_reserved} B "
+              f"per CTA); holders (CTAs/SM, threads, smem): {self.holders()}; reps {args.reps}", flush=True)
+        if args.profile_range:
+            torch.cuda.cudart().cudaProfilerStart()
+        for victim, fn in victims.items():
+            for name, (k, threads, smem) in self.holders().items():
+                labels = dict(victim=victim, holder=name, holder_ctas_per_sm=k, holder_threads=threads,
+                              holder_smem=smem, reps=args.reps)
+                alone, beside, co_ms, covered = self.alone_then_beside(
+                    fn, lambda t, n=name: self.hold(n, t), 4.0, args.reps,
+                    ("pair_alone", dict(corunner="none", **labels)), ("pair_beside", dict(corunner=name, **labels)))
+                print(f"{victim} beside {name}: alone {alone:.3f} ms, beside {beside:.3f} ms "
+                      f"({beside / alone - 1:+.1%}), co-runner {co_ms:.1f} ms, covered={'yes' if covered else 'NO'}; "
+                      f"{self.placement(name)}", flush=True)
+        torch.cuda.synchronize()
+        if args.profile_range:
+            torch.cuda.cudart().cudaProfilerStop()
+
     def main(self) -> None:
         torch, args, S = self.torch, self.args, self.sms
         if args.case == "gemms":
             self.gemms()
+            return
+        if args.case == "pairs":
+            self.pairs()
             return
         for c in (1, 2, 4, 16):  # warm up and compile
             self.chase(c * S)
