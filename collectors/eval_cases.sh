@@ -16,6 +16,8 @@
 #   residency_gemms  collectors/residency.py --case gemms (a check of the delays rule) -> residency_gemms_<gpu>...
 #   residency_pairs  collectors/residency.py --case pairs (which co-runners take SMs from which victims)
 #              -> residency_pairs_<gpu>.sqlite.xz and .log
+#   residency_coresident  collectors/residency.py --case coresident (a bandwidth-bound kernel beside co-resident CTAs)
+#              -> residency_coresident_<gpu>.sqlite.xz and .log
 #   held       collectors/eval_held.py the same way, nsys also tracing CUDA events (--cuda-event-trace=true, where
 #              this nsys has it) -> $OUT/eval_held_<gpu>x2.sqlite.xz and .log
 # OUT defaults to ./out. Extra arguments go to eval_cases.py. Each step has its own time limits; each step's log is
@@ -108,6 +110,14 @@ for step in ${EVAL_STEPS:-cases}; do
         echo "### gpu $gpu"; versions
         profile residency_pairs "residency_pairs_$gpu" 0 200 python3 "$C/residency.py" --case pairs --profile-range
       } 2>&1 | tee "$OUT/residency_pairs_$gpu.log" ;;
+    residency_coresident)
+      # what a bandwidth-bound kernel loses to co-runners beside its CTAs (tests/data/calibration/coresident)
+      rm -f "$W"/residency_coresident*
+      {
+        echo "### gpu $gpu"; versions
+        profile residency_coresident "residency_coresident_$gpu" 0 200 python3 "$C/residency.py" --case coresident \
+          --profile-range
+      } 2>&1 | tee "$OUT/residency_coresident_$gpu.log" ;;
     allreduce) torchrun_step allreduce NCCL_MAX_CTAS=16 NCCL_MIN_CTAS=16 ;;
     comm) torchrun_step comm ;;
     held)
@@ -117,6 +127,6 @@ for step in ${EVAL_STEPS:-cases}; do
       echo "held: NSYS_EXTRA=${NSYS_EXTRA:-(none: this nsys has no --cuda-event-trace)}"
       torchrun_step held
       NSYS_EXTRA= ;;
-    *) echo "unknown step $step (cases, copies, residency, residency_gemms, residency_pairs, allreduce, comm, held)" ;;
+    *) echo "unknown step $step (cases, copies, residency, residency_gemms, residency_pairs, residency_coresident, allreduce, comm, held)" ;;
   esac
 done

@@ -30,11 +30,17 @@ CTAs that sleep on the SMs of even ``%smid`` (the others return at once), k x S 
 on an SM (``h1s``, ``h2s``, ``h4s``: 128 threads and shared memory for 1, 2, 4 per SM; ``h2t``: 1024 threads, none;
 ``h4t``: 384 threads and a quarter of the shared memory).
 
+``--case coresident`` (tests/data/calibration/coresident/README.md): what a bandwidth-bound kernel loses to
+co-runners whose CTAs run beside its own on every SM. The victim ``read_stride`` (512 threads, k = 1, 2, 3 CTAs per
+SM: one wave striding once over 2 GiB) is launched first; then a co-runner of one wave fills exactly the threads left
+on each SM (64 - 16k warps: 128-thread CTAs) and runs until the victim's 20 launches are done: ``co_sleep`` (no work),
+``co_stream`` (DRAM reads), ``co_alu`` (FMAs).
+
 ``--case gemms`` (a check of the delays rule, written after it): the victim is PyTorch's elementwise add over two
 64 Mi-element fp32 tensors on a non-blocking stream, the co-runner cuBLAS bf16 GEMMs 8192^3 back to back on another
 (``case:add_alone``, then ``case:add_gemms;corunner=gemm``).
 
-    python collectors/residency.py [--case fill|gemms|pairs] [--reps 20] [--profile-range]
+    python collectors/residency.py [--case fill|gemms|pairs|coresident] [--reps 20] [--profile-range]
 """
 
 from __future__ import annotations
@@ -74,6 +80,60 @@ hold_half(unsigned long long cta_ns, int *smids) {
     if (cta_ns == 0xFFFFFFFFFFFFFFFFull) smids[0] = smem[threadIdx.x];  // never: keeps the shared memory
 }
 
+__device__ __forceinline__ unsigned long long now_ns() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+// --case coresident: the victim reads a DRAM-sized buffer once per launch, a grid of one wave striding over it
+extern "C" __global__ void __launch_bounds__(512, 4)
+read_stride(const float4 *__restrict__ buf, long long n4, float *out) {
+    long long stride = (long long)gridDim.x * blockDim.x;
+    float acc = 0.0f;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += stride) {
+        float4 v = __ldcg(buf + i);
+        acc += (v.x + v.y) + (v.z + v.w);
+    }
+    if (acc == -1.0f) out[0] = acc;  // never: keeps the loads
+}
+
+// co-runners of one wave, 128 threads, until cta_ns has passed: no work, DRAM reads, or FMAs
+extern "C" __global__ void __launch_bounds__(128, 16)
+co_sleep(unsigned long long cta_ns, const float4 *__restrict__ buf, long long n4, float *out) {
+    unsigned long long start = now_ns();
+    while (now_ns() - start < cta_ns) __nanosleep(1000);
+}
+
+extern "C" __global__ void __launch_bounds__(128, 16)
+co_stream(unsigned long long cta_ns, const float4 *__restrict__ buf, long long n4, float *out) {
+    unsigned long long start = now_ns();
+    long long stride = (long long)gridDim.x * blockDim.x;
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    float acc = 0.0f;
+    while (now_ns() - start < cta_ns) {
+        for (int r = 0; r < 64; ++r) {
+            float4 v = __ldcg(buf + i);
+            acc += (v.x + v.y) + (v.z + v.w);
+            i += stride;
+            if (i >= n4) i -= n4;
+        }
+    }
+    if (acc == -1.0f) out[1] = acc;
+}
+
+extern "C" __global__ void __launch_bounds__(128, 16)
+co_alu(unsigned long long cta_ns, const float4 *__restrict__ buf, long long n4, float *out) {
+    unsigned long long start = now_ns();
+    float a = threadIdx.x * 1e-3f, b = 1.0001f, c = 1e-4f, d = 0.5f;
+    while (now_ns() - start < cta_ns) {
+        for (int r = 0; r < 256; ++r) {
+            a = fmaf(a, b, c); d = fmaf(d, b, c); c = fmaf(c, b, a); b = fmaf(b, 0.9999f, d * 1e-9f);
+        }
+    }
+    if (a + b + c + d == -1.0f) out[2] = a;
+}
+
 extern "C" __global__ void __launch_bounds__(512)
 chase(const unsigned int *__restrict__ next, unsigned int mask, int steps, unsigned int *out) {
     unsigned int i = (blockIdx.x * blockDim.x + threadIdx.x) & mask;
@@ -88,7 +148,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--reps", type=int, default=20, help="victim launches per case (>= 20)")
     p.add_argument("--steps", type=int, default=4000, help="dependent loads per victim thread")
     p.add_argument("--cta-us", type=float, default=20.0, help="how long each co-runner CTA sleeps (us)")
-    p.add_argument("--case", choices=("fill", "gemms", "pairs"), default="fill", help="which experiment (see above)")
+    p.add_argument("--case", choices=("fill", "gemms", "pairs", "coresident"), default="fill",
+                   help="which experiment (see above)")
     p.add_argument("--profile-range", action="store_true", help="cudaProfilerStart/Stop around the measured part")
     return p.parse_args(argv)
 
@@ -102,6 +163,8 @@ class Residency(CudaBench):
         self.k_fill = {128: mod.get_function("fill_sleep"), 512: mod.get_function("fill_sleep512")}
         self.k_chase = mod.get_function("chase")
         self.k_hold = mod.get_function("hold_half")
+        self.k_read = mod.get_function("read_stride")
+        self.k_co = {n: mod.get_function(n) for n in ("co_sleep", "co_stream", "co_alu")}
         self.k_hold.max_dynamic_shared_size_bytes = self.smem_optin
         self.smids = cp.full(64 * self.sms, -1, dtype=cp.int32)
         n = 1 << 20  # 4 MiB of uint32: a random cycle through the table, in L2
@@ -219,8 +282,68 @@ class Residency(CudaBench):
         if args.profile_range:
             torch.cuda.cudart().cudaProfilerStop()
 
+    def coresident(self) -> None:
+        """The victim launched first, then a one-wave co-runner in the threads it leaves, for each k and co-runner
+        (tests/data/calibration/coresident/README.md)."""
+        from labels import case_range  # type: ignore[import-not-found]
+
+        cp, np, torch, args, S = self.cp, self.np, self.torch, self.args, self.sms
+        n4 = (2 << 30) // 16
+        vbuf = cp.ones(n4 * 4, dtype=cp.float32)
+        cbuf = cp.ones(n4 * 4, dtype=cp.float32)
+        out = cp.zeros(4, dtype=cp.float32)
+
+        def victim(k: int):
+            self.k_read((k * S,), (512,), (vbuf, np.int64(n4), out), stream=self._cp_stream())
+
+        def corunner(name: str, k: int, total_ms: float):
+            per_sm = (64 - 16 * k) // 4  # 128-thread CTAs in the warps the victim leaves
+            self.k_co[name]((per_sm * S,), (128,), (np.uint64(int(total_ms * 1e6)), cbuf, np.int64(n4), out),
+                            stream=self._cp_stream())
+
+        for k in (1, 2, 3):  # warm up
+            victim(k)
+            for name in self.k_co:
+                corunner(name, k, 0.2)
+        torch.cuda.synchronize()
+        print(f"gpu {self.gpu_name}: {S} SMs; read_stride over 2 GiB, 512 threads, k CTAs per SM; co-runners of "
+              f"128 threads in the warps left; reps {args.reps}", flush=True)
+        if args.profile_range:
+            torch.cuda.cudart().cudaProfilerStart()
+        for k in (1, 2, 3):
+            labels = dict(victim="read_stride", victim_ctas_per_sm=k, victim_warps_per_sm=16 * k,
+                          corunner_warps_per_sm=64 - 16 * k, reps=args.reps)
+            torch.cuda.synchronize()
+            with case_range("cores_alone", corunner="none", **labels):
+                s, e = self.timed(lambda k=k: victim(k), args.reps, self.victim_stream)
+                torch.cuda.synchronize()
+            alone = s.elapsed_time(e) / args.reps
+            for name in self.k_co:
+                with case_range("cores_beside", corunner=name, **labels):
+                    s, e = self.torch.cuda.Event(enable_timing=True), self.torch.cuda.Event(enable_timing=True)
+                    with torch.cuda.stream(self.victim_stream):
+                        s.record()
+                        victim(k)  # placed first: the co-runner gets the threads it leaves
+                    with torch.cuda.stream(self.corunner_stream):
+                        torch.cuda._sleep(50_000)  # about 25-50 us: the victim's CTAs are placed
+                        corunner(name, k, alone * (args.reps + 2) * 3)
+                    with torch.cuda.stream(self.victim_stream):
+                        for _ in range(args.reps - 1):
+                            victim(k)
+                        e.record()
+                    torch.cuda.synchronize()
+                beside = s.elapsed_time(e) / args.reps
+                print(f"read_stride k={k} ({16 * k} warps/SM) beside {name} ({64 - 16 * k} warps/SM): alone "
+                      f"{alone:.3f} ms, beside {beside:.3f} ms ({beside / alone - 1:+.1%})", flush=True)
+        torch.cuda.synchronize()
+        if args.profile_range:
+            torch.cuda.cudart().cudaProfilerStop()
+
     def main(self) -> None:
         torch, args, S = self.torch, self.args, self.sms
+        if args.case == "coresident":
+            self.coresident()
+            return
         if args.case == "gemms":
             self.gemms()
             return
