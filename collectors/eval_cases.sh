@@ -16,6 +16,8 @@
 #   residency_gemms  collectors/residency.py --case gemms (a check of the delays rule) -> residency_gemms_<gpu>...
 #   residency_pairs  collectors/residency.py --case pairs (which co-runners take SMs from which victims)
 #              -> residency_pairs_<gpu>.sqlite.xz and .log
+#   residency_pairs66  collectors/residency.py --case pairs66 (the GEMM beside one-CTA-per-SM holders on S/2 SMs)
+#              -> residency_pairs66_<gpu>.sqlite.xz and .log
 #   residency_coresident  collectors/residency.py --case coresident (a bandwidth-bound kernel beside co-resident CTAs)
 #              -> residency_coresident_<gpu>.sqlite.xz and .log
 #   held       collectors/eval_held.py the same way, nsys also tracing CUDA events (--cuda-event-trace=true, where
@@ -110,6 +112,14 @@ for step in ${EVAL_STEPS:-cases}; do
         echo "### gpu $gpu"; versions
         profile residency_pairs "residency_pairs_$gpu" 0 200 python3 "$C/residency.py" --case pairs --profile-range
       } 2>&1 | tee "$OUT/residency_pairs_$gpu.log" ;;
+    residency_pairs66)
+      # the GEMM beside one-CTA-per-SM holders on half the SMs (tests/data/calibration/pairs, second set)
+      rm -f "$W"/residency_pairs66*
+      {
+        echo "### gpu $gpu"; versions
+        profile residency_pairs66 "residency_pairs66_$gpu" 0 200 python3 "$C/residency.py" --case pairs66 \
+          --profile-range
+      } 2>&1 | tee "$OUT/residency_pairs66_$gpu.log" ;;
     residency_coresident)
       # what a bandwidth-bound kernel loses to co-runners beside its CTAs (tests/data/calibration/coresident)
       rm -f "$W"/residency_coresident*
@@ -127,6 +137,6 @@ for step in ${EVAL_STEPS:-cases}; do
       echo "held: NSYS_EXTRA=${NSYS_EXTRA:-(none: this nsys has no --cuda-event-trace)}"
       torchrun_step held
       NSYS_EXTRA= ;;
-    *) echo "unknown step $step (cases, copies, residency, residency_gemms, residency_pairs, residency_coresident, allreduce, comm, held)" ;;
+    *) echo "unknown step $step (cases, copies, residency, residency_gemms, residency_pairs, residency_pairs66, residency_coresident, allreduce, comm, held)" ;;
   esac
 done

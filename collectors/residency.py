@@ -36,11 +36,15 @@ SM: one wave striding once over 2 GiB) is launched first; then a co-runner of on
 on each SM (64 - 16k warps: 128-thread CTAs) and runs until the victim's 20 launches are done: ``co_sleep`` (no work),
 ``co_stream`` (DRAM reads), ``co_alu`` (FMAs).
 
+``--case pairs66`` (the same README, second set): the GEMM beside ``hold_one`` holders of S/2 CTAs, one per SM,
+whose launch configuration says which SMs they hold: ``s60`` and ``s40`` (128 threads, 60% and 40% of the SM's
+shared memory), ``t1024`` (1024 threads, no shared memory).
+
 ``--case gemms`` (a check of the delays rule, written after it): the victim is PyTorch's elementwise add over two
 64 Mi-element fp32 tensors on a non-blocking stream, the co-runner cuBLAS bf16 GEMMs 8192^3 back to back on another
 (``case:add_alone``, then ``case:add_gemms;corunner=gemm``).
 
-    python collectors/residency.py [--case fill|gemms|pairs|coresident] [--reps 20] [--profile-range]
+    python collectors/residency.py [--case fill|gemms|pairs|pairs66|coresident] [--reps 20] [--profile-range]
 """
 
 from __future__ import annotations
@@ -134,6 +138,17 @@ co_alu(unsigned long long cta_ns, const float4 *__restrict__ buf, long long n4, 
     if (a + b + c + d == -1.0f) out[2] = a;
 }
 
+// --case pairs66: one CTA per SM on as many SMs as CTAs (no filter: the launch configuration says where it is)
+extern "C" __global__ void __launch_bounds__(1024)
+hold_one(unsigned long long cta_ns, int *smids) {
+    extern __shared__ int smem[];
+    unsigned int id;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(id));
+    if (threadIdx.x == 0) smids[blockIdx.x] = (int)id;
+    sleep_for(cta_ns, smids);
+    if (cta_ns == 0xFFFFFFFFFFFFFFFFull) smids[0] = smem[threadIdx.x];  // never: keeps the shared memory
+}
+
 extern "C" __global__ void __launch_bounds__(512)
 chase(const unsigned int *__restrict__ next, unsigned int mask, int steps, unsigned int *out) {
     unsigned int i = (blockIdx.x * blockDim.x + threadIdx.x) & mask;
@@ -148,7 +163,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--reps", type=int, default=20, help="victim launches per case (>= 20)")
     p.add_argument("--steps", type=int, default=4000, help="dependent loads per victim thread")
     p.add_argument("--cta-us", type=float, default=20.0, help="how long each co-runner CTA sleeps (us)")
-    p.add_argument("--case", choices=("fill", "gemms", "pairs", "coresident"), default="fill",
+    p.add_argument("--case", choices=("fill", "gemms", "pairs", "pairs66", "coresident"), default="fill",
                    help="which experiment (see above)")
     p.add_argument("--profile-range", action="store_true", help="cudaProfilerStart/Stop around the measured part")
     return p.parse_args(argv)
@@ -164,6 +179,8 @@ class Residency(CudaBench):
         self.k_chase = mod.get_function("chase")
         self.k_hold = mod.get_function("hold_half")
         self.k_read = mod.get_function("read_stride")
+        self.k_one = mod.get_function("hold_one")
+        self.k_one.max_dynamic_shared_size_bytes = self.smem_optin
         self.k_co = {n: mod.get_function(n) for n in ("co_sleep", "co_stream", "co_alu")}
         self.k_hold.max_dynamic_shared_size_bytes = self.smem_optin
         self.smids = cp.full(64 * self.sms, -1, dtype=cp.int32)
@@ -220,6 +237,47 @@ class Residency(CudaBench):
         print(f"add beside GEMMs ({gemm_ms:.3f} ms each): alone {alone:.3f} ms, beside {beside:.3f} ms "
               f"({beside / alone - 1:+.1%}), co-runner {co_ms:.1f} ms, covered={'yes' if covered else 'NO'}",
               flush=True)
+        torch.cuda.synchronize()
+        if args.profile_range:
+            torch.cuda.cudart().cudaProfilerStop()
+
+    def ones(self) -> dict[str, tuple[int, int]]:
+        """The holders of ``--case pairs66``: name -> (threads, dynamic shared memory bytes)."""
+        sm, res = self.smem_sm, self.smem_reserved
+        return {"s60": (128, int(0.6 * sm) - res), "s40": (128, int(0.4 * sm) - res), "t1024": (1024, 0)}
+
+    def hold_ones(self, name: str, total_ms: float) -> None:
+        threads, smem = self.ones()[name]
+        with self._cp_stream():
+            self.smids.fill(-1)
+        self.k_one((self.sms // 2,), (threads,), (self.np.uint64(int(total_ms * 1e6)), self.smids),
+                   shared_mem=smem, stream=self._cp_stream())
+
+    def pairs66(self) -> None:
+        """The GEMM alone, then beside each one-CTA-per-SM holder on S/2 SMs (tests/data/calibration/pairs)."""
+        torch, args, S = self.torch, self.args, self.sms
+        gen = torch.Generator(device="cuda").manual_seed(5)
+        g = 8192
+        ga, gb = (torch.randn(g, g, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(2))
+        gc = torch.empty(g, g, device="cuda", dtype=torch.bfloat16)
+        for _ in range(3):
+            torch.matmul(ga, gb, out=gc)
+        for name in self.ones():
+            self.hold_ones(name, 0.5)
+        torch.cuda.synchronize()
+        print(f"gpu {self.gpu_name}: {S} SMs, smem/SM {self.smem_sm // 1024} KiB; holders of {S // 2} CTAs "
+              f"(threads, smem): {self.ones()}; reps {args.reps}", flush=True)
+        if args.profile_range:
+            torch.cuda.cudart().cudaProfilerStart()
+        for name, (threads, smem) in self.ones().items():
+            labels = dict(victim="gemm", holder=name, holder_ctas=S // 2, holder_threads=threads, holder_smem=smem,
+                          reps=args.reps)
+            alone, beside, co_ms, covered = self.alone_then_beside(
+                lambda: torch.matmul(ga, gb, out=gc), lambda t, n=name: self.hold_ones(n, t), 4.0, args.reps,
+                ("one_alone", dict(corunner="none", **labels)), ("one_beside", dict(corunner=name, **labels)))
+            print(f"gemm beside {name}: alone {alone:.3f} ms, beside {beside:.3f} ms ({beside / alone - 1:+.1%}), "
+                  f"co-runner {co_ms:.1f} ms, covered={'yes' if covered else 'NO'}; {self.placement(name)}",
+                  flush=True)
         torch.cuda.synchronize()
         if args.profile_range:
             torch.cuda.cudart().cudaProfilerStop()
@@ -349,6 +407,9 @@ class Residency(CudaBench):
             return
         if args.case == "pairs":
             self.pairs()
+            return
+        if args.case == "pairs66":
+            self.pairs66()
             return
         for c in (1, 2, 4, 16):  # warm up and compile
             self.chase(c * S)
