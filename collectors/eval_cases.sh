@@ -77,6 +77,17 @@ torchrun_step() {
   } 2>&1 | tee "$OUT/eval_${step}_${gpu}x2.log"
 }
 
+# residency_step NAME [ARGS for residency.py]: collectors/residency.py on GPU 0 under nsys
+#   -> $OUT/NAME_<gpu>.sqlite.xz and $OUT/NAME_<gpu>.log
+residency_step() {
+  local name="$1"; shift
+  rm -f "$W/$name"*
+  {
+    echo "### gpu $gpu"; versions
+    profile "$name" "${name}_$gpu" 0 200 python3 "$C/residency.py" "$@" --profile-range
+  } 2>&1 | tee "$OUT/${name}_$gpu.log"
+}
+
 for step in ${EVAL_STEPS:-cases}; do
   case "$step" in
     cases)
@@ -91,43 +102,12 @@ for step in ${EVAL_STEPS:-cases}; do
         echo "### gpu $gpu"; versions
         profile eval_copies "eval_copies_$gpu" 0 300 python3 "$C/eval_copies.py" --profile-range ${COPIES_ARGS:-}
       } 2>&1 | tee "$OUT/eval_copies_$gpu.log" ;;
-    residency)
-      # calibration data, not evaluation: collectors/residency.py (tests/data/calibration/residency/README.md)
-      rm -f "$W"/residency*
-      {
-        echo "### gpu $gpu"; versions
-        profile residency "residency_$gpu" 0 200 python3 "$C/residency.py" --profile-range
-      } 2>&1 | tee "$OUT/residency_$gpu.log" ;;
-    residency_gemms)
-      # a check of the delays rule (tests/data/calibration/residency/README.md)
-      rm -f "$W"/residency_gemms*
-      {
-        echo "### gpu $gpu"; versions
-        profile residency_gemms "residency_gemms_$gpu" 0 200 python3 "$C/residency.py" --case gemms --profile-range
-      } 2>&1 | tee "$OUT/residency_gemms_$gpu.log" ;;
-    residency_pairs)
-      # which co-runners take an SM from which victims (tests/data/calibration/pairs/README.md)
-      rm -f "$W"/residency_pairs*
-      {
-        echo "### gpu $gpu"; versions
-        profile residency_pairs "residency_pairs_$gpu" 0 200 python3 "$C/residency.py" --case pairs --profile-range
-      } 2>&1 | tee "$OUT/residency_pairs_$gpu.log" ;;
-    residency_pairs66)
-      # the GEMM beside one-CTA-per-SM holders on half the SMs (tests/data/calibration/pairs, second set)
-      rm -f "$W"/residency_pairs66*
-      {
-        echo "### gpu $gpu"; versions
-        profile residency_pairs66 "residency_pairs66_$gpu" 0 200 python3 "$C/residency.py" --case pairs66 \
-          --profile-range
-      } 2>&1 | tee "$OUT/residency_pairs66_$gpu.log" ;;
-    residency_coresident)
-      # what a bandwidth-bound kernel loses to co-runners beside its CTAs (tests/data/calibration/coresident)
-      rm -f "$W"/residency_coresident*
-      {
-        echo "### gpu $gpu"; versions
-        profile residency_coresident "residency_coresident_$gpu" 0 200 python3 "$C/residency.py" --case coresident \
-          --profile-range
-      } 2>&1 | tee "$OUT/residency_coresident_$gpu.log" ;;
+    # calibration data, not evaluation (tests/data/calibration/*/README.md)
+    residency) residency_step residency ;;  # beside a many-wave co-runner that fills the SMs
+    residency_gemms) residency_step residency_gemms --case gemms ;;  # a check of the delays rule
+    residency_pairs) residency_step residency_pairs --case pairs ;;  # which co-runners take SMs from which victims
+    residency_pairs66) residency_step residency_pairs66 --case pairs66 ;;  # one-CTA-per-SM holders on S/2 SMs
+    residency_coresident) residency_step residency_coresident --case coresident ;;  # beside co-resident CTAs
     allreduce) torchrun_step allreduce NCCL_MAX_CTAS=16 NCCL_MIN_CTAS=16 ;;
     comm) torchrun_step comm ;;
     held)

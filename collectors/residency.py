@@ -50,6 +50,7 @@ shared memory), ``t1024`` (1024 threads, no shared memory).
 from __future__ import annotations
 
 import argparse
+import contextlib
 
 from cuda_bench import CudaBench, run
 
@@ -169,6 +170,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def outcome(alone: float, beside: float, co_ms: float, covered: bool) -> str:
+    """A case's line of the log, from :meth:`CudaBench.alone_then_beside`'s figures."""
+    return (f"alone {alone:.3f} ms, beside {beside:.3f} ms ({beside / alone - 1:+.1%}), co-runner {co_ms:.1f} ms, "
+            f"covered={'yes' if covered else 'NO'}")
+
+
 class Residency(CudaBench):
     def __init__(self, args: argparse.Namespace):
         super().__init__()
@@ -177,12 +184,11 @@ class Residency(CudaBench):
         mod = cp.RawModule(code=SRC, options=("-std=c++17",))
         self.k_fill = {128: mod.get_function("fill_sleep"), 512: mod.get_function("fill_sleep512")}
         self.k_chase = mod.get_function("chase")
-        self.k_hold = mod.get_function("hold_half")
+        self.k_hold, self.k_one = mod.get_function("hold_half"), mod.get_function("hold_one")
+        for k in (self.k_hold, self.k_one):
+            k.max_dynamic_shared_size_bytes = self.smem_optin
         self.k_read = mod.get_function("read_stride")
-        self.k_one = mod.get_function("hold_one")
-        self.k_one.max_dynamic_shared_size_bytes = self.smem_optin
         self.k_co = {n: mod.get_function(n) for n in ("co_sleep", "co_stream", "co_alu")}
-        self.k_hold.max_dynamic_shared_size_bytes = self.smem_optin
         self.smids = cp.full(64 * self.sms, -1, dtype=cp.int32)
         n = 1 << 20  # 4 MiB of uint32: a random cycle through the table, in L2
         perm = np.random.default_rng(7).permutation(n).astype(np.uint32)
@@ -194,6 +200,35 @@ class Residency(CudaBench):
         self.sink = cp.zeros(1024, dtype=cp.int32)
         self.victim_stream = torch.cuda.Stream()
         self.corunner_stream = torch.cuda.Stream()
+
+    @contextlib.contextmanager
+    def profiled(self):
+        """The measured part: between cudaProfilerStart and Stop with ``--profile-range``; the GPU's work done at its
+        end."""
+        torch = self.torch
+        if self.args.profile_range:
+            torch.cuda.cudart().cudaProfilerStart()
+        yield
+        torch.cuda.synchronize()
+        if self.args.profile_range:
+            torch.cuda.cudart().cudaProfilerStop()
+
+    def gemm(self):
+        """A cuBLAS bf16 GEMM 8192^3 on seeded operands: a function that launches it on the current stream."""
+        torch = self.torch
+        gen = torch.Generator(device="cuda").manual_seed(5)
+        g = 8192
+        ga, gb = (torch.randn(g, g, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(2))
+        gc = torch.empty(g, g, device="cuda", dtype=torch.bfloat16)
+        return lambda: torch.matmul(ga, gb, out=gc)
+
+    def launch_holder(self, kernel, ctas: int, threads: int, smem: int, total_ms: float) -> None:
+        """A sleeping holder (``hold_half``, ``hold_one``) of ``ctas`` CTAs for ``total_ms``, its placement record
+        cleared first, on the current stream."""
+        with self._cp_stream():  # ordered with the launch below, on the same stream
+            self.smids.fill(-1)
+        kernel((ctas,), (threads,), (self.np.uint64(int(total_ms * 1e6)), self.smids), shared_mem=smem,
+               stream=self._cp_stream())
 
     def chase(self, ctas: int):
         np = self.np
@@ -229,17 +264,11 @@ class Residency(CudaBench):
                 torch.matmul(ga, gb, out=gc)
 
         labels = dict(n=1 << 26, dtype="fp32", gemm=g, gemm_dtype="bf16", reps=args.reps)
-        if args.profile_range:
-            torch.cuda.cudart().cudaProfilerStart()
-        alone, beside, co_ms, covered = self.alone_then_beside(
-            lambda: torch.add(a, b, out=out), co, 4.0, args.reps, ("add_alone", dict(corunner="none", **labels)),
-            ("add_gemms", dict(corunner="gemm", **labels)))
-        print(f"add beside GEMMs ({gemm_ms:.3f} ms each): alone {alone:.3f} ms, beside {beside:.3f} ms "
-              f"({beside / alone - 1:+.1%}), co-runner {co_ms:.1f} ms, covered={'yes' if covered else 'NO'}",
-              flush=True)
-        torch.cuda.synchronize()
-        if args.profile_range:
-            torch.cuda.cudart().cudaProfilerStop()
+        with self.profiled():
+            got = self.alone_then_beside(
+                lambda: torch.add(a, b, out=out), co, 4.0, args.reps, ("add_alone", dict(corunner="none", **labels)),
+                ("add_gemms", dict(corunner="gemm", **labels)))
+            print(f"add beside GEMMs ({gemm_ms:.3f} ms each): {outcome(*got)}", flush=True)
 
     def ones(self) -> dict[str, tuple[int, int]]:
         """The holders of ``--case pairs66``: name -> (threads, dynamic shared memory bytes)."""
@@ -248,39 +277,27 @@ class Residency(CudaBench):
 
     def hold_ones(self, name: str, total_ms: float) -> None:
         threads, smem = self.ones()[name]
-        with self._cp_stream():
-            self.smids.fill(-1)
-        self.k_one((self.sms // 2,), (threads,), (self.np.uint64(int(total_ms * 1e6)), self.smids),
-                   shared_mem=smem, stream=self._cp_stream())
+        self.launch_holder(self.k_one, self.sms // 2, threads, smem, total_ms)
 
     def pairs66(self) -> None:
         """The GEMM alone, then beside each one-CTA-per-SM holder on S/2 SMs (tests/data/calibration/pairs)."""
         torch, args, S = self.torch, self.args, self.sms
-        gen = torch.Generator(device="cuda").manual_seed(5)
-        g = 8192
-        ga, gb = (torch.randn(g, g, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(2))
-        gc = torch.empty(g, g, device="cuda", dtype=torch.bfloat16)
+        gemm = self.gemm()
         for _ in range(3):
-            torch.matmul(ga, gb, out=gc)
+            gemm()
         for name in self.ones():
             self.hold_ones(name, 0.5)
         torch.cuda.synchronize()
         print(f"gpu {self.gpu_name}: {S} SMs, smem/SM {self.smem_sm // 1024} KiB; holders of {S // 2} CTAs "
               f"(threads, smem): {self.ones()}; reps {args.reps}", flush=True)
-        if args.profile_range:
-            torch.cuda.cudart().cudaProfilerStart()
-        for name, (threads, smem) in self.ones().items():
-            labels = dict(victim="gemm", holder=name, holder_ctas=S // 2, holder_threads=threads, holder_smem=smem,
-                          reps=args.reps)
-            alone, beside, co_ms, covered = self.alone_then_beside(
-                lambda: torch.matmul(ga, gb, out=gc), lambda t, n=name: self.hold_ones(n, t), 4.0, args.reps,
-                ("one_alone", dict(corunner="none", **labels)), ("one_beside", dict(corunner=name, **labels)))
-            print(f"gemm beside {name}: alone {alone:.3f} ms, beside {beside:.3f} ms ({beside / alone - 1:+.1%}), "
-                  f"co-runner {co_ms:.1f} ms, covered={'yes' if covered else 'NO'}; {self.placement(name)}",
-                  flush=True)
-        torch.cuda.synchronize()
-        if args.profile_range:
-            torch.cuda.cudart().cudaProfilerStop()
+        with self.profiled():
+            for name, (threads, smem) in self.ones().items():
+                labels = dict(victim="gemm", holder=name, holder_ctas=S // 2, holder_threads=threads, holder_smem=smem,
+                              reps=args.reps)
+                got = self.alone_then_beside(
+                    gemm, lambda t, n=name: self.hold_ones(n, t), 4.0, args.reps,
+                    ("one_alone", dict(corunner="none", **labels)), ("one_beside", dict(corunner=name, **labels)))
+                print(f"gemm beside {name}: {outcome(*got)}; {self.placement(name)}", flush=True)
 
     def holders(self) -> dict[str, tuple[int, int, int]]:
         """The co-runners of ``--case pairs``: name -> (CTAs per held SM, threads, dynamic shared memory bytes)."""
@@ -293,10 +310,7 @@ class Residency(CudaBench):
 
     def hold(self, name: str, total_ms: float) -> None:
         k, threads, smem = self.holders()[name]
-        with self._cp_stream():  # ordered with the launch below, on the same stream
-            self.smids.fill(-1)
-        self.k_hold((k * self.sms,), (threads,), (self.np.uint64(int(total_ms * 1e6)), self.smids),
-                    shared_mem=smem, stream=self._cp_stream())
+        self.launch_holder(self.k_hold, k * self.sms, threads, smem, total_ms)
 
     def placement(self, name: str) -> str:
         """Where the last ``hold`` of ``name`` stayed: SMs held and CTAs per SM (its CTAs on odd SMs returned)."""
@@ -311,11 +325,7 @@ class Residency(CudaBench):
     def pairs(self) -> None:
         """Each victim alone, then beside each co-runner (tests/data/calibration/pairs/README.md)."""
         torch, args, S = self.torch, self.args, self.sms
-        gen = torch.Generator(device="cuda").manual_seed(5)
-        g = 8192
-        ga, gb = (torch.randn(g, g, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(2))
-        gc = torch.empty(g, g, device="cuda", dtype=torch.bfloat16)
-        victims = {"gemm": lambda: torch.matmul(ga, gb, out=gc), "chase4": lambda: self.chase(4 * S)}
+        victims = {"gemm": self.gemm(), "chase4": lambda: self.chase(4 * S)}
         for fn in victims.values():  # warm up and compile
             for _ in range(3):
                 fn()
@@ -324,21 +334,15 @@ class Residency(CudaBench):
         torch.cuda.synchronize()
         print(f"gpu {self.gpu_name}: {S} SMs, smem/SM {self.smem_sm // 1024} KiB (reserved {self.smem_reserved} B "
               f"per CTA); holders (CTAs/SM, threads, smem): {self.holders()}; reps {args.reps}", flush=True)
-        if args.profile_range:
-            torch.cuda.cudart().cudaProfilerStart()
-        for victim, fn in victims.items():
-            for name, (k, threads, smem) in self.holders().items():
-                labels = dict(victim=victim, holder=name, holder_ctas_per_sm=k, holder_threads=threads,
-                              holder_smem=smem, reps=args.reps)
-                alone, beside, co_ms, covered = self.alone_then_beside(
-                    fn, lambda t, n=name: self.hold(n, t), 4.0, args.reps,
-                    ("pair_alone", dict(corunner="none", **labels)), ("pair_beside", dict(corunner=name, **labels)))
-                print(f"{victim} beside {name}: alone {alone:.3f} ms, beside {beside:.3f} ms "
-                      f"({beside / alone - 1:+.1%}), co-runner {co_ms:.1f} ms, covered={'yes' if covered else 'NO'}; "
-                      f"{self.placement(name)}", flush=True)
-        torch.cuda.synchronize()
-        if args.profile_range:
-            torch.cuda.cudart().cudaProfilerStop()
+        with self.profiled():
+            for victim, fn in victims.items():
+                for name, (k, threads, smem) in self.holders().items():
+                    labels = dict(victim=victim, holder=name, holder_ctas_per_sm=k, holder_threads=threads,
+                                  holder_smem=smem, reps=args.reps)
+                    got = self.alone_then_beside(
+                        fn, lambda t, n=name: self.hold(n, t), 4.0, args.reps,
+                        ("pair_alone", dict(corunner="none", **labels)), ("pair_beside", dict(corunner=name, **labels)))
+                    print(f"{victim} beside {name}: {outcome(*got)}; {self.placement(name)}", flush=True)
 
     def coresident(self) -> None:
         """The victim launched first, then a one-wave co-runner in the threads it leaves, for each k and co-runner
@@ -366,51 +370,40 @@ class Residency(CudaBench):
         torch.cuda.synchronize()
         print(f"gpu {self.gpu_name}: {S} SMs; read_stride over 2 GiB, 512 threads, k CTAs per SM; co-runners of "
               f"128 threads in the warps left; reps {args.reps}", flush=True)
-        if args.profile_range:
-            torch.cuda.cudart().cudaProfilerStart()
-        for k in (1, 2, 3):
-            labels = dict(victim="read_stride", victim_ctas_per_sm=k, victim_warps_per_sm=16 * k,
-                          corunner_warps_per_sm=64 - 16 * k, reps=args.reps)
-            torch.cuda.synchronize()
-            with case_range("cores_alone", corunner="none", **labels):
-                s, e = self.timed(lambda k=k: victim(k), args.reps, self.victim_stream)
+        with self.profiled():
+            for k in (1, 2, 3):
+                labels = dict(victim="read_stride", victim_ctas_per_sm=k, victim_warps_per_sm=16 * k,
+                              corunner_warps_per_sm=64 - 16 * k, reps=args.reps)
                 torch.cuda.synchronize()
-            alone = s.elapsed_time(e) / args.reps
-            for name in self.k_co:
-                with case_range("cores_beside", corunner=name, **labels):
-                    s, e = self.torch.cuda.Event(enable_timing=True), self.torch.cuda.Event(enable_timing=True)
-                    with torch.cuda.stream(self.victim_stream):
-                        s.record()
-                        victim(k)  # placed first: the co-runner gets the threads it leaves
-                    with torch.cuda.stream(self.corunner_stream):
-                        torch.cuda._sleep(50_000)  # about 25-50 us: the victim's CTAs are placed
-                        corunner(name, k, alone * (args.reps + 2) * 3)
-                    with torch.cuda.stream(self.victim_stream):
-                        for _ in range(args.reps - 1):
-                            victim(k)
-                        e.record()
+                with case_range("cores_alone", corunner="none", **labels):
+                    s, e = self.timed(lambda k=k: victim(k), args.reps, self.victim_stream)
                     torch.cuda.synchronize()
-                beside = s.elapsed_time(e) / args.reps
-                print(f"read_stride k={k} ({16 * k} warps/SM) beside {name} ({64 - 16 * k} warps/SM): alone "
-                      f"{alone:.3f} ms, beside {beside:.3f} ms ({beside / alone - 1:+.1%})", flush=True)
-        torch.cuda.synchronize()
-        if args.profile_range:
-            torch.cuda.cudart().cudaProfilerStop()
+                alone = s.elapsed_time(e) / args.reps
+                for name in self.k_co:
+                    with case_range("cores_beside", corunner=name, **labels):
+                        s, e = self._event(), self._event()
+                        with torch.cuda.stream(self.victim_stream):
+                            s.record()
+                            victim(k)  # placed first: the co-runner gets the threads it leaves
+                        with torch.cuda.stream(self.corunner_stream):
+                            torch.cuda._sleep(50_000)  # about 25-50 us: the victim's CTAs are placed
+                            corunner(name, k, alone * (args.reps + 2) * 3)
+                        with torch.cuda.stream(self.victim_stream):
+                            for _ in range(args.reps - 1):
+                                victim(k)
+                            e.record()
+                        torch.cuda.synchronize()
+                    beside = s.elapsed_time(e) / args.reps
+                    print(f"read_stride k={k} ({16 * k} warps/SM) beside {name} ({64 - 16 * k} warps/SM): alone "
+                          f"{alone:.3f} ms, beside {beside:.3f} ms ({beside / alone - 1:+.1%})", flush=True)
 
     def main(self) -> None:
+        {"fill": self.fills, "gemms": self.gemms, "pairs": self.pairs, "pairs66": self.pairs66,
+         "coresident": self.coresident}[self.args.case]()
+
+    def fills(self) -> None:
+        """The chase victim alone, then beside many-wave fill_sleep co-runners (the residency README)."""
         torch, args, S = self.torch, self.args, self.sms
-        if args.case == "coresident":
-            self.coresident()
-            return
-        if args.case == "gemms":
-            self.gemms()
-            return
-        if args.case == "pairs":
-            self.pairs()
-            return
-        if args.case == "pairs66":
-            self.pairs66()
-            return
         for c in (1, 2, 4, 16):  # warm up and compile
             self.chase(c * S)
         self.fill(128, 1.0)
@@ -418,23 +411,17 @@ class Residency(CudaBench):
         torch.cuda.synchronize()
         print(f"gpu {self.gpu_name}: {S} SMs; chase 512 threads x {args.steps} dependent loads (4 MiB table); "
               f"fill CTAs sleep {args.cta_us:g} us; reps {args.reps}", flush=True)
-        if args.profile_range:
-            torch.cuda.cudart().cudaProfilerStart()
-        for fill_threads in (128, 512):
-            for per_sm in (1, 2, 4, 16):
-                labels = dict(ctas=per_sm * S, ctas_per_sm=min(per_sm, 4), waves=max(1, per_sm // 4),
-                              fill_threads=fill_threads, reps=args.reps)
-                alone, beside, co_ms, covered = self.alone_then_beside(
-                    lambda p=per_sm: self.chase(p * S), lambda t, f=fill_threads: self.fill(f, t), 4.0, args.reps,
-                    ("chase_alone", dict(corunner="none", **labels)),
-                    ("chase_fill", dict(corunner=f"fill_sleep{fill_threads}", **labels)))
-                print(f"chase {per_sm * S:>5} CTAs ({labels['ctas_per_sm']}/SM alone) beside fill_sleep "
-                      f"{fill_threads} threads: alone {alone:.3f} ms, beside {beside:.3f} ms "
-                      f"({beside / alone - 1:+.1%}), co-runner {co_ms:.1f} ms, covered={'yes' if covered else 'NO'}",
-                      flush=True)
-        torch.cuda.synchronize()
-        if args.profile_range:
-            torch.cuda.cudart().cudaProfilerStop()
+        with self.profiled():
+            for fill_threads in (128, 512):
+                for per_sm in (1, 2, 4, 16):
+                    labels = dict(ctas=per_sm * S, ctas_per_sm=min(per_sm, 4), waves=max(1, per_sm // 4),
+                                  fill_threads=fill_threads, reps=args.reps)
+                    got = self.alone_then_beside(
+                        lambda p=per_sm: self.chase(p * S), lambda t, f=fill_threads: self.fill(f, t), 4.0, args.reps,
+                        ("chase_alone", dict(corunner="none", **labels)),
+                        ("chase_fill", dict(corunner=f"fill_sleep{fill_threads}", **labels)))
+                    print(f"chase {per_sm * S:>5} CTAs ({labels['ctas_per_sm']}/SM alone) beside fill_sleep "
+                          f"{fill_threads} threads: {outcome(*got)}", flush=True)
 
 
 def main(argv=None) -> None:
