@@ -7,8 +7,7 @@ from pathlib import Path
 
 import duckdb
 import pytest
-
-from traceql.attribute import attribute
+from calibration import victim_rows
 
 TRACE = Path(__file__).parent / "data" / "calibration" / "coresident" / "residency_coresident_nvidia_h200.sqlite.xz"
 
@@ -16,12 +15,8 @@ TRACE = Path(__file__).parent / "data" / "calibration" / "coresident" / "residen
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     con = duckdb.connect()
-    doc = attribute(TRACE, group_by_nvtx="case:*", workdir=tmp_path_factory.mktemp("cores"), con=con).to_json()
-    rows = {}
-    for r in doc["kernels"]:
-        labels = dict(p.split("=", 1) for p in (r["nvtx"] or "").split(";")[1:] if "=" in p)
-        if (r["nvtx"] or "").startswith("case:cores_beside;") and r["short_name"] == "read_stride":
-            rows[(int(labels["victim_ctas_per_sm"]), labels["corunner"])] = r
+    rows = {(int(labels["victim_ctas_per_sm"]), labels["corunner"]): r
+            for labels, r in victim_rows(TRACE, "cores_beside", tmp_path_factory.mktemp("cores"), con)}
     return con, rows
 
 

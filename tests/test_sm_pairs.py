@@ -9,8 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
-
-from traceql.attribute import attribute
+from calibration import victim_rows
 
 DATA = Path(__file__).parent / "data" / "calibration" / "pairs"
 TRACE = DATA / "residency_pairs_nvidia_h200.sqlite.xz"
@@ -20,16 +19,8 @@ HOLDERS = ("h1s", "h2s", "h4s", "h2t", "h4t")
 @pytest.fixture(scope="module")
 def rows(tmp_path_factory) -> dict[tuple[str, str], dict]:
     """(victim, holder) -> the victim's row beside that holder (the steps grouped by their NVTX case ranges)."""
-    doc = attribute(TRACE, group_by_nvtx="case:*", workdir=tmp_path_factory.mktemp("pairs")).to_json()
-    out = {}
-    for r in doc["kernels"]:
-        labels = dict(p.split("=", 1) for p in (r["nvtx"] or "").split(";")[1:] if "=" in p)
-        # the victim: the kernel launched 20 times in the range (the holder and its placement record run once; the
-        # GEMM's workspace memsets are not kernels)
-        if (r["nvtx"] or "").startswith("case:pair_beside;") and r["n"] == int(labels["reps"]) \
-                and r["activity"] == "kernel":
-            out[(labels["victim"], labels["holder"])] = r
-    return out
+    return {(labels["victim"], labels["holder"]): r
+            for labels, r in victim_rows(TRACE, "pair_beside", tmp_path_factory.mktemp("pairs"))}
 
 
 def logged() -> dict[tuple[str, str], float]:
@@ -75,14 +66,8 @@ TRUTHFUL = DATA / "residency_pairs66_nvidia_h200.sqlite.xz"
 def ones(tmp_path_factory) -> dict[str, dict]:
     """The second set (its README): holder -> the GEMM's row beside it. The holders are 66 CTAs, one per SM, so their
     launch configurations say which SMs they hold."""
-    doc = attribute(TRUTHFUL, group_by_nvtx="case:*", workdir=tmp_path_factory.mktemp("pairs66")).to_json()
-    out = {}
-    for r in doc["kernels"]:
-        labels = dict(p.split("=", 1) for p in (r["nvtx"] or "").split(";")[1:] if "=" in p)
-        if (r["nvtx"] or "").startswith("case:one_beside;") and r["n"] == int(labels["reps"]) \
-                and r["activity"] == "kernel":
-            out[labels["holder"]] = r
-    return out
+    return {labels["holder"]: r
+            for labels, r in victim_rows(TRUTHFUL, "one_beside", tmp_path_factory.mktemp("pairs66"))}
 
 
 def test_a_gemm_loses_half_the_sms_to_any_one_cta_per_sm_that_leaves_it_no_room(ones):
