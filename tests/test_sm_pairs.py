@@ -82,8 +82,6 @@ def test_a_holder_of_more_than_half_an_sm_is_named_for_the_gemm(ones):
     assert r["class"] == "sm" and r["agreement"] == "agrees", (r["class"], r["predicted"], r["slowdown"])
 
 
-@pytest.mark.xfail(strict=True, reason="the SM model decides from the co-runner alone (more than half an SM per CTA), "
-                                       "not whether the victim's CTA fits beside it (docs/attribution.md, Limits)")
 @pytest.mark.parametrize("holder", ["s40", "t1024"])
 def test_a_holder_that_leaves_the_gemm_no_room_is_named_for_it(ones, holder):
     r = ones[holder]
