@@ -15,26 +15,24 @@
 --   all2_ns       HUGEINT  time with two or more activities of any kind active, up to t (ns)
 --   sm_comm       HUGEINT  integral of min(SM count, SMs held by communication kernels), up to t (SM·ns)
 --   sm_compute    HUGEINT  integral of SMs held by non-communication kernels, up to t (SM·ns)
---   sm_exclusive  HUGEINT  integral of SMs held by kernels whose CTAs take more than half an SM, up to t (SM·ns)
 WITH edges AS (
-    SELECT run_id, device_id, start_ns AS t, 1 AS sign, corunner_kind, sm_held, sm_exclusive FROM _activity_rows
+    SELECT run_id, device_id, start_ns AS t, 1 AS sign, corunner_kind, sm_held FROM _activity_rows
     UNION ALL
-    SELECT run_id, device_id, end_ns AS t, -1 AS sign, corunner_kind, sm_held, sm_exclusive FROM _activity_rows
+    SELECT run_id, device_id, end_ns AS t, -1 AS sign, corunner_kind, sm_held FROM _activity_rows
 ), deltas AS (
     SELECT run_id, device_id, t,
            sum(sign * (corunner_kind = 'comm')::INT) AS d_comm,
            sum(sign * (corunner_kind = 'copy')::INT) AS d_copy,
            sum(sign * (corunner_kind = 'compute')::INT) AS d_comp,
            sum(sign * CASE WHEN corunner_kind = 'comm' THEN sm_held ELSE 0 END) AS d_sm_comm,
-           sum(sign * CASE WHEN corunner_kind = 'compute' THEN sm_held ELSE 0 END) AS d_sm_comp,
-           sum(sign * sm_exclusive) AS d_sm_excl
+           sum(sign * CASE WHEN corunner_kind = 'compute' THEN sm_held ELSE 0 END) AS d_sm_comp
     FROM edges GROUP BY ALL
 ), levels AS (
     SELECT run_id, device_id, t,
            sum(d_comm) OVER w AS n_comm, sum(d_copy) OVER w AS n_copy, sum(d_comp) OVER w AS n_comp,
            -- concurrent comm kernels cannot hold more than every SM (DESIGN: min(S, sum of comm CTAs))
            least(sum(d_sm_comm) OVER w, coalesce(sm_count, sum(d_sm_comm) OVER w)) AS sm_comm,
-           sum(d_sm_comp) OVER w AS sm_comp, sum(d_sm_excl) OVER w AS sm_excl,
+           sum(d_sm_comp) OVER w AS sm_comp,
            coalesce(lead(t) OVER (PARTITION BY run_id, device_id ORDER BY t) - t, 0) AS len
     FROM deltas LEFT JOIN (SELECT run_id, device_id, sm_count FROM devices) USING (run_id, device_id)
     WINDOW w AS (PARTITION BY run_id, device_id ORDER BY t ROWS UNBOUNDED PRECEDING)
@@ -49,7 +47,6 @@ SELECT run_id, device_id, t,
        coalesce(sum(len * (n_comm > 0 AND n_comp > 0)::INT) OVER before, 0)::HUGEINT AS comm_compute_ns,
        coalesce(sum(len * (n_comm + n_copy + n_comp > 1)::INT) OVER before, 0)::HUGEINT AS all2_ns,
        coalesce(sum(len::HUGEINT * sm_comm) OVER before, 0)::HUGEINT AS sm_comm,
-       coalesce(sum(len::HUGEINT * sm_comp) OVER before, 0)::HUGEINT AS sm_compute,
-       coalesce(sum(len::HUGEINT * sm_excl) OVER before, 0)::HUGEINT AS sm_exclusive
+       coalesce(sum(len::HUGEINT * sm_comp) OVER before, 0)::HUGEINT AS sm_compute
 FROM levels
 WINDOW before AS (PARTITION BY run_id, device_id ORDER BY t ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)

@@ -11,7 +11,10 @@
 --   overlap_ns          BIGINT   time overlapped by any other activity (ns)
 --   corunner_sm_ns      BIGINT   integral of the SMs held by other kernels over the activity (SM·ns)
 --   comm_sm_ns          BIGINT   the same, communication kernels only (SM·ns)
---   exclusive_sm_ns     BIGINT   the same, kernels whose CTAs take more than half an SM only (SM·ns)
+--   exclusive_sm_ns     BIGINT   of those, the SMs taken from it (SM·ns): a co-running kernel takes the SMs it holds when
+--                                not one of the activity's CTAs fits beside its resident CTAs there (no CTA slot left,
+--                                or fewer warps, registers or shared memory left than one of its CTAs needs; resident:
+--                                min(the co-runner's occupancy, ceil(CTAs / SMs)), spread one per SM first)
 --   exclusive_start_sm_ns BIGINT the same, of those kernels already running when it started (SM·ns): a grid that
 --                                fits in one wave keeps the SMs it starts on, so later ones cannot take them
 --   sm_count            INTEGER  SMs on the device
@@ -28,17 +31,40 @@ SELECT a.run_id, a.device_id, a.activity_id,
            AS corunner_sm_ns,
        greatest(0, (e.sm_comm - s.sm_comm)
                    - CASE WHEN a.corunner_kind = 'comm' THEN a.sm_held * a.dur_ns ELSE 0 END)::BIGINT AS comm_sm_ns,
-       greatest(0, (e.sm_exclusive - s.sm_exclusive) - a.sm_exclusive * a.dur_ns)::BIGINT AS exclusive_sm_ns,
-       coalesce(h.ns, 0)::BIGINT AS exclusive_start_sm_ns,
+       coalesce(h.ns, 0)::BIGINT AS exclusive_sm_ns,
+       coalesce(h.start_ns, 0)::BIGINT AS exclusive_start_sm_ns,
        d.sm_count
 FROM _activity_rows a
 LEFT JOIN (
-    -- the exclusive kernels running as it starts (starts at the same time included), up to their end or its own
-    SELECT v.run_id, v.activity_id, sum(c.sm_exclusive * (least(c.end_ns, v.end_ns) - v.start_ns)) AS ns
-    FROM _activity_rows v JOIN _activity_rows c
-      ON c.run_id = v.run_id AND c.device_id = v.device_id AND c.start_ns <= v.start_ns AND c.end_ns > v.start_ns
-     AND c.sm_exclusive > 0 AND c.activity_id <> v.activity_id
-    GROUP BY v.run_id, v.activity_id
+    -- per (activity, co-running kernel): the SMs the co-runner takes from it, over their overlap; and over the part
+    -- from its start of those running then (starts at the same time included), up to their end or its own
+    -- (traceql.engine.sweeps.taken computes the same)
+    WITH fit AS (
+        SELECT a.run_id, a.device_id, a.activity_id, a.start_ns, a.end_ns, a.sm_held AS held,
+               w.warps,
+               coalesce(a.regs_per_thread, 0) * 32 * w.warps AS regs,
+               coalesce(a.dynamic_smem_bytes, 0) + coalesce(a.static_smem_bytes, 0) AS smem,
+               least(coalesce(a.launch_occupancy, 0),
+                     ceil(a.ctas / greatest(1, coalesce(d.sm_count, a.ctas)))::BIGINT) AS resident,
+               coalesce(d.max_blocks_per_sm, 32) AS max_ctas, coalesce(d.max_warps_per_sm, 64) AS max_warps,
+               coalesce(d.max_regs_per_sm, 65536) AS max_regs, coalesce(d.max_smem_per_sm_bytes, 233472) AS max_smem
+        FROM _activity_rows a LEFT JOIN devices d USING (run_id, device_id),
+             LATERAL (SELECT ceil(coalesce(a.threads_per_block, 0) / 32.0)::BIGINT AS warps) w
+        WHERE a.activity = 'kernel'
+    ), pairs AS (
+        SELECT v.run_id, v.activity_id,
+               CASE WHEN c.max_ctas - c.resident < 1 OR (v.warps > 0 AND c.max_warps - c.resident * c.warps < v.warps)
+                         OR (v.regs > 0 AND c.max_regs - c.resident * c.regs < v.regs)
+                         OR (v.smem > 0 AND c.max_smem - c.resident * c.smem < v.smem)
+                    THEN c.held ELSE 0 END AS w,
+               least(c.end_ns, v.end_ns) - greatest(c.start_ns, v.start_ns) AS both_ns,
+               CASE WHEN c.start_ns <= v.start_ns THEN least(c.end_ns, v.end_ns) - v.start_ns ELSE 0 END AS from_start_ns
+        FROM fit v JOIN fit c
+          ON c.run_id = v.run_id AND c.device_id = v.device_id AND c.start_ns < v.end_ns AND c.end_ns > v.start_ns
+         AND c.activity_id <> v.activity_id AND c.held > 0
+    )
+    SELECT run_id, activity_id, sum(w * both_ns::HUGEINT) AS ns, sum(w * from_start_ns::HUGEINT) AS start_ns
+    FROM pairs GROUP BY run_id, activity_id
 ) h ON h.run_id = a.run_id AND h.activity_id = a.activity_id
 JOIN _activity_steps s ON s.run_id = a.run_id AND s.device_id = a.device_id AND s.t = a.start_ns
 JOIN _activity_steps e ON e.run_id = a.run_id AND e.device_id = a.device_id AND e.t = a.end_ns

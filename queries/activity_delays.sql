@@ -11,10 +11,11 @@
 -- ready_ns is the latest of the three; delay_ns = start_ns - ready_ns.
 -- Cause: sms_held when (a) another kernel on the device was running at ready_ns and ended when this one started
 -- (within 20 us, the timer skew between kernels: the block scheduler placed its CTAs as that kernel's left the SMs),
--- or (b) its CTAs cannot share an SM with those of more than half an SM (sm_exclusive, the SM model's half-an-SM
--- test) and such co-runners held every SM through the delay (their SMs averaged over it reach the SM count); held_by
--- names the co-runner (of several, the one that ran through most of the delay; (a) first), or (c) a kernel that
--- started by the time it was ready ran through the whole delay (the block scheduler placed its CTAs first).
+-- or (b) its CTAs cannot share an SM with those of more than half an SM (sm_exclusive, a test of each kernel alone;
+-- the SM model decides per pair) and such co-runners held every SM through the delay (their SMs averaged over it
+-- reach the SM count); held_by names the co-runner (of several, the one that ran through most of the delay; (a)
+-- first), or (c) a kernel that started by the time it was ready ran through the whole delay (the block scheduler
+-- placed its CTAs first).
 -- Otherwise unknown.
 -- columns:
 --   run_id       VARCHAR  run

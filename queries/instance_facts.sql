@@ -39,8 +39,9 @@
 --   comm_fraction       DOUBLE   comm_overlap_ns / dur_ns
 --   corunner_kind       VARCHAR  the co-runner class that overlapped it longest (ties: comm, compute, copy), or NULL
 --   corunner_sms        DOUBLE   SMs held by other kernels, averaged over the overlapped time
---   exclusive_sms       DOUBLE   of those, SMs held by kernels whose CTAs take more than half an SM (averaged)
---   exclusive_sms_start DOUBLE   SMs held by such kernels already running when it started, averaged over the
+--   exclusive_sms       DOUBLE   of those, the SMs they took from it, averaged: those of co-runners beside whose
+--                                resident CTAs not one of its own fits (_instance_overlap)
+--   exclusive_sms_start DOUBLE   the same, of the kernels already running when it started, averaged over the
 --                                overlapped time
 --   sm_share            DOUBLE   SMs held by other kernels over its duration / SM count
 --   comm_sm_share       DOUBLE   the same, communication kernels only

@@ -8,10 +8,10 @@
 -- Each factor first predicts the slowdown while overlapped (x); with overlap fraction f, a victim that runs 1+x
 -- times slower while overlapped and at its own speed otherwise is slowed by f*x / (1 + x - f*x) in all.
 -- SM: co-running kernels' CTAs spread one per SM (the block scheduler places breadth-first), so they hold
---     min(S, CTAs) SMs. They take them from the victim when their CTAs cannot share an SM with its own (more than
---     half an SM each: sm_exclusive); a grid that fits in one wave keeps the SMs it starts on, so it loses only those
---     exclusive co-runners held as it started, for as long as they kept them (exclusive_sms_start); a grid of more
---     waves, those they held while it ran (exclusive_sms). With F = S - taken free, the victim loses nothing while
+--     min(S, CTAs) SMs. They take them from the victim when not one of its CTAs fits beside their resident CTAs (CTA
+--     slots, warps, registers, shared memory; per pair, _instance_overlap); a grid that fits in one wave keeps the SMs
+--     it starts on, so it loses only those co-runners took as it started, for as long as they kept them
+--     (exclusive_sms_start); a grid of more waves, those they took while it ran (exclusive_sms). With F = S - taken free, the victim loses nothing while
 --     its CTAs fit (B <= occ*F). Otherwise its throughput follows the SMs it can use: x = min(B, occ*S) / (occ*F) - 1
 --     (many waves: S/F - 1; less than a wave: the part of the grid that no longer fits). A bandwidth-bound victim
 --     (isolated rate >= memory_bound_frac of saturation) loses only what its free SMs cannot pull at the device's
@@ -95,9 +95,9 @@ WITH inst AS (
            i.overlap_fraction AS f, i.comm_fraction, i.ctas, i.sm_count AS s_count,
            coalesce(n.ctas_per_sm, i.launch_occupancy) AS occ,
            least(coalesce(i.corunner_sms, 0), i.sm_count) AS held,
-           -- SMs taken from it: by co-runners whose CTAs cannot share an SM with its own (more than half an SM
-           -- each; one that fits beside it shares its SMs instead); a grid that fits in one wave is placed as it
-           -- starts and keeps its SMs, so only those held then count; more waves, those held while it ran
+           -- SMs taken from it: those of co-runners beside whose CTAs not one of its own fits (the rest of their
+           -- SMs it shares); a grid that fits in one wave is placed as it starts and keeps its SMs, so only those
+           -- taken then count; more waves, those taken while it ran
            least(CASE WHEN i.ctas <= coalesce(n.ctas_per_sm, i.launch_occupancy) * i.sm_count
                       THEN coalesce(i.exclusive_sms_start, 0) ELSE coalesce(i.exclusive_sms, 0) END, i.sm_count)
                AS taken,

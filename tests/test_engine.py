@@ -147,23 +147,71 @@ def test_sample_means_of_every_metric_at_once_equal_one_by_one():
     assert (counts == 0).any() and (counts > 1).any() and np.isnan(means).any()
 
 
+LIMITS = (32, 64, 65536, 233472)  # an SM's CTAs, warps, registers, shared memory bytes
+launch_config = st.tuples(st.sampled_from([32, 96, 128, 256, 384, 512, 640, 1024]),  # threads per CTA
+                   st.sampled_from([0, 16, 32, 64, 96, 128, 168, 255]),  # registers per thread (0: not said)
+                   st.sampled_from([0, 1024, 48 << 10, 90 << 10, 100 << 10, 140 << 10, 200 << 10]))  # shared memory
+
+
+def _occupancy(threads: int, regs: int, smem: int) -> int:
+    """CTAs per SM, as queries/_activity_list.sql has it."""
+    warps = -(-threads // 32)
+    limits = [LIMITS[0], LIMITS[1] // warps] + ([LIMITS[2] // (regs * 32 * warps)] if regs else []) \
+        + ([LIMITS[3] // smem] if smem else [])
+    return max(1, min(limits))
+
+
+def _taken_brute(acts, configs, held) -> tuple[list[int], list[int]]:
+    """Per activity, the SM·ns of the co-running kernels beside whose resident CTAs not one of its CTAs fits, over it
+    and from its start: pair by pair."""
+    kernel = ("compute", "comm")
+    inside, at_start = [], []
+    for i, (si, di, ki, _) in enumerate(acts):
+        num_in = num_start = 0
+        occ_i = _occupancy(*configs[i][1:]) if ki in kernel else 0
+        wi = -(-configs[i][1] // 32)
+        needs = (1, wi, configs[i][2] * 32 * wi, configs[i][3])
+        for j, (sj, dj, kj, _) in enumerate(acts):
+            if j == i or kj not in kernel or not occ_i:
+                continue
+            ctas, threads, regs, smem = configs[j]
+            resident = min(_occupancy(threads, regs, smem), -(-ctas // S))
+            wj = -(-threads // 32)
+            left = (LIMITS[0] - resident, LIMITS[1] - resident * wj, LIMITS[2] - resident * regs * 32 * wj,
+                    LIMITS[3] - resident * smem)
+            fits = min(room // need for room, need in zip(left, needs, strict=True) if need)
+            w = int(held[j]) if fits < 1 else 0
+            num_in += w * max(0, min(si + di, sj + dj) - max(si, sj))
+            if sj <= si < sj + dj:
+                num_start += w * (min(si + di, sj + dj) - si)
+        inside.append(num_in)
+        at_start.append(num_start)
+    return inside, at_start
+
+
+def _fit(configs) -> sweeps.Fit:
+    ctas, threads, regs, smem = (np.array(c, dtype=np.int64) for c in zip(*configs, strict=True))
+    occ = np.array([_occupancy(*c[1:]) for c in configs], dtype=np.int64)
+    return sweeps.Fit.of(ctas, threads, regs, smem, occ, S, LIMITS)
+
+
 @settings(max_examples=200, deadline=None)
-@given(st.lists(activity, min_size=1, max_size=12))
-def test_sweep_matches_brute_force(acts):
+@given(st.lists(st.tuples(activity, st.integers(1, 40), launch_config), min_size=1, max_size=12))
+def test_sweep_matches_brute_force(drawn):
+    acts = [a for a, _, _ in drawn]
+    configs = [(ctas, *cfg) for _, ctas, cfg in drawn]
     start = np.array([a[0] for a in acts], dtype=np.int64)
     end = start + np.array([a[1] for a in acts], dtype=np.int64)
     cls = np.array([{"compute": 1, "comm": 0, "peer": 0}.get(a[2], 2) for a in acts], dtype=np.int8)
-    sm = np.array([min(a[3], S) if a[2] in ("compute", "comm") else 0 for a in acts], dtype=np.int64)
-    excl = np.where(np.arange(len(acts)) % 2 == 0, sm, 0)  # every other kernel's CTAs take more than half an SM
-    res = sweeps.overlap(start, end, cls, sm, S, sm_exclusive=excl)
+    kernel = np.array([a[2] in ("compute", "comm") for a in acts])
+    sm = np.array([min(a[3], S) if k else 0 for a, k in zip(acts, kernel, strict=True)], dtype=np.int64)
+    fit = _fit(configs)
+    fit = sweeps.Fit(fit.need, fit.kernel & kernel, fit.room)  # copy engines: no CTA slots to take
+    res = sweeps.overlap(start, end, cls, sm, S, fit=fit)
     want, device = _reference(acts)
-    for i in range(len(acts)):
-        others = [j for j in range(len(acts)) if j != i]
-        inside = sum(excl[j] * max(0, min(end[i], end[j]) - max(start[i], start[j])) for j in others)
-        # those already running as it started, up to their end or its own
-        held = sum(excl[j] * (min(end[j], end[i]) - start[i]) for j in others if start[j] <= start[i] < end[j])
-        assert res.per_activity["exclusive_sm_ns"][i] == inside, (i, acts)
-        assert res.per_activity["exclusive_start_sm_ns"][i] == held, (i, acts)
+    inside, held = _taken_brute(acts, configs, sm)
+    assert list(res.per_activity["exclusive_sm_ns"]) == inside, acts
+    assert list(res.per_activity["exclusive_start_sm_ns"]) == held, acts
     for i, w in want.items():
         dur = int(end[i] - start[i])
         for col in ("comm_overlap_ns", "compute_overlap_ns", "copy_overlap_ns", "overlap_ns"):
@@ -458,15 +506,18 @@ def test_windows_of_a_device_give_its_whole_sweep(acts, size, piece):
     end = start + np.array([a[1] for a in acts], dtype=np.int64)
     cls = np.array([a[2] for a in acts], dtype=np.int8)
     sm = np.array([a[3] for a in acts], dtype=np.int64)
-    whole = sweeps.overlap(start, end, cls, sm, S, sm_exclusive=sm // 2)
-    cols = {"activity_id": np.arange(len(acts)), "start_ns": start, "end_ns": end, "cls": cls, "sm": sm}
+    fit = _fit([(a[3], 128 * (1 + a[3] % 8), 32 * (a[3] % 5), (a[3] % 3) * (100 << 10)) for a in acts])
+    whole = sweeps.overlap(start, end, cls, sm, S, fit=fit)
+    cols = {"activity_id": np.arange(len(acts)), "start_ns": start, "end_ns": end, "cls": cls, "sm": sm,
+            "need": fit.need.T, "kernel": fit.kernel, "room": fit.room.T}
     pieces = [(("run", 0), {c: v[i:i + piece] for c, v in cols.items()}) for i in range(0, len(acts), piece)]
     got = {c: [] for c in whole.per_activity}
     totals = dict.fromkeys(whole.totals, 0)
     windows = list(_windows(iter(pieces), size))
     for w in windows:
         c = w.cols
-        res = sweeps.overlap(c["start_ns"], c["end_ns"], c["cls"], c["sm"], S, w.span, sm_exclusive=c["sm"] // 2)
+        res = sweeps.overlap(c["start_ns"], c["end_ns"], c["cls"], c["sm"], S, w.span,
+                             sweeps.Fit(c["need"].T, c["kernel"], c["room"].T))
         if w.span is None:  # the device in one window: all of it
             assert list(c["activity_id"][w.own]) == list(range(len(acts)))
         else:
@@ -641,16 +692,19 @@ def test_activity_order_checked_across_runs_and_batches():
         engine._in_order(b, last)
 
 
-def test_held_from_start_in_small_pieces_equals_one_piece(monkeypatch):
-    """The SMs exclusive co-runners held from each activity's start, computed over its (activity, co-runner) pairs in
-    pieces of 7 pairs, equal those computed at once (3000 random intervals, 40% of them exclusive)."""
+def test_taken_in_small_pieces_equals_one_piece(monkeypatch):
+    """The SMs co-runners take from each activity, computed over its (activity, co-runner) pairs in pieces of 7 pairs,
+    equal those computed at once (3000 random kernels of random launch configurations)."""
     rng = np.random.default_rng(1)
     start = np.sort(rng.integers(0, 100_000, 3000))
     end = start + rng.integers(0, 3000, 3000)
-    w = np.where(rng.random(3000) < 0.4, rng.integers(1, 132, 3000), 0)
-    b = sweeps.Boundaries.of(start, end)
-    at_start = b.level(w)[b.i_start]
-    whole = sweeps._held_from_start(start, end, w, at_start)
+    configs = list(zip(rng.integers(1, 400, 3000), rng.choice([64, 128, 256, 512, 1024], 3000),
+                       rng.choice([0, 32, 64, 128, 255], 3000), rng.choice([0, 1024, 100 << 10, 200 << 10], 3000),
+                       strict=True))
+    fit = _fit([tuple(int(x) for x in c) for c in configs])
+    held = np.minimum(np.array([c[0] for c in configs]), 132)
+    whole = sweeps.taken(start, end, held, fit)
     monkeypatch.setattr(sweeps, "PAIR_CHUNK", 7)
-    pieces = sweeps._held_from_start(start, end, w, at_start)
-    assert np.array_equal(whole, pieces) and (whole > 0).sum() > 1000
+    pieces = sweeps.taken(start, end, held, fit)
+    assert all(np.array_equal(w, p) for w, p in zip(whole, pieces, strict=True))
+    assert (whole[0] > 0).sum() > 1000 and (whole[0] > whole[1]).any() and (whole[1] > 0).sum() > 100

@@ -595,6 +595,10 @@ def _sweeps(con: duckdb.DuckDBPyConnection) -> None:
     size = window_rows()
     devices = {(r, d): (s, b) for r, d, s, b in
                con.sql("SELECT run_id, device_id, sm_count, mem_bandwidth_Bps FROM devices").fetchall()}
+    # an SM's limits (CTAs, warps, registers, shared memory), each the default where the device does not say
+    limits = {(r, d): tuple(x if x is not None else dflt for x, dflt in zip(lim, sweeps.SM_LIMITS, strict=True))
+              for r, d, *lim in con.sql("SELECT run_id, device_id, max_blocks_per_sm, max_warps_per_sm, "
+                                        "max_regs_per_sm, max_smem_per_sm_bytes FROM devices").fetchall()}
     demand: dict[tuple[str, int], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
     for (r, d), g in _grouped(con, "SELECT run_id, device_id, sig, dram_pct::DOUBLE AS dram_pct, "
                                    "working_set_bytes::DOUBLE AS working_set_bytes FROM _ncu_demand", "sig"):
@@ -619,8 +623,9 @@ def _sweeps(con: duckdb.DuckDBPyConnection) -> None:
     activities = _pieces(con, """SELECT *, CASE corunner_kind WHEN 'comm' THEN 0 WHEN 'compute' THEN 1 ELSE 2
                                             END::TINYINT AS _cls, activity = 'kernel' AS _kernel
                                  FROM _activity_rows""",
-                         "activity_id", numbers=("activity_id", "start_ns", "end_ns", "sm_held", "sm_exclusive",
-                                                 "sig", "bytes",
+                         "activity_id", numbers=("activity_id", "start_ns", "end_ns", "sm_held", "sig", "bytes",
+                                                 "ctas", "threads_per_block", "regs_per_thread",
+                                                 "dynamic_smem_bytes", "static_smem_bytes", "launch_occupancy",
                                                  "_cls", "_kernel"),
                          rows=True, ordered=ordered, batch_rows=min(size, BATCH_ROWS))
 
@@ -641,8 +646,10 @@ def _sweeps(con: duckdb.DuckDBPyConnection) -> None:
         dur = end - start
         n = own.stop - own.start
         sm_count, bandwidth = devices.get(key, (None, None))
-        res = sweeps.overlap(start, end, cls, np.ma.filled(a["sm_held"], 0), sm_count, a["_span"],
-                             sm_exclusive=np.ma.filled(a["sm_exclusive"], 0))
+        smem = np.ma.filled(a["dynamic_smem_bytes"], 0) + np.ma.filled(a["static_smem_bytes"], 0)
+        fit = sweeps.Fit.of(a["ctas"], a["threads_per_block"], a["regs_per_thread"], smem, a["launch_occupancy"],
+                            sm_count, limits.get(key, sweeps.SM_LIMITS))
+        res = sweeps.overlap(start, end, cls, np.ma.filled(a["sm_held"], 0), sm_count, a["_span"], fit)
         over = res.per_activity["overlap_ns"]
         out = {"_rows": a["_rows"], "_totals": res.totals}  # its row, as it came
         out.update({c: res.per_activity[c][own] for c in OVERLAP_COLUMNS})

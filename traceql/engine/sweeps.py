@@ -106,9 +106,10 @@ class DeviceOverlap:
 
 def overlap(start: np.ndarray, end: np.ndarray, cls: np.ndarray, sm_held: np.ndarray,
             sm_count: int | None, span: tuple[int, int | None] | None = None,
-            sm_exclusive: np.ndarray | None = None) -> DeviceOverlap:
+            fit: Fit | None = None) -> DeviceOverlap:
     """Per activity: time overlapped by each other class, by anything else, the SM·ns co-runners held, and of those
-    the co-runners whose CTAs take more than half an SM (``sm_exclusive``): SM·ns over it, and SMs as it started.
+    the SM·ns they took from it, over it and from those already running as it started (:func:`taken`, with what
+    each needs of an SM and leaves on it: ``fit``; none without).
 
     An activity is active over its own interval, so "another of my class" is "two or more of my class" there and
     "anything else" is "two or more in all". Communication SMs are capped at the SM count as a whole.
@@ -140,54 +141,89 @@ def overlap(start: np.ndarray, end: np.ndarray, cls: np.ndarray, sm_held: np.nda
         "corunner_sm_ns": np.maximum(0, comm_sm + b.over(b.prefix(sm_comp)) - own_sm),
         "comm_sm_ns": np.maximum(0, comm_sm - np.where(cls == COMM, own_sm, 0)),
     }
-    excl = np.zeros(len(start), dtype=np.int64) if sm_exclusive is None else sm_exclusive.astype(np.int64)
-    level = b.level(excl)
-    per["exclusive_sm_ns"] = np.maximum(0, b.over(b.prefix(level)) - excl * (end - start))
-    per["exclusive_start_sm_ns"] = _held_from_start(start, end, excl, level[b.i_start])
+    if fit is not None:
+        per["exclusive_sm_ns"], per["exclusive_start_sm_ns"] = taken(start, end, sm, fit)
+    else:
+        per["exclusive_sm_ns"] = per["exclusive_start_sm_ns"] = np.zeros(len(start), dtype=np.int64)
     return DeviceOverlap(per, _totals(b, n[COMM] > 0, n[COMPUTE] > 0, span), b)
 
 
-PAIR_CHUNK = 1 << 20  # (victim, interval) pairs of _held_from_start held at once
+# an SM's limits when the device does not say (an H100's and an H200's): CTAs, warps, registers, shared memory bytes
+SM_LIMITS = (32, 64, 65536, 233472)
 
 
-def _held_from_start(start: np.ndarray, end: np.ndarray, w: np.ndarray, at_start: np.ndarray) -> np.ndarray:
-    """Per interval v: the integral over v of the weight ``w`` of the other intervals already running at its start
-    (``at_start``: their summed weight there, v's own included while it has a length), each up to its end or v's:
-    sum of w_c (min(e_c, e_v) - s_v) over c with s_c <= s_v < e_c. Those that end inside v are found among the
-    weighted intervals in order of their ends (between s_v and e_v), the rest run to e_v."""
-    dur = end - start
-    own = np.where(dur > 0, w, 0)
-    held = at_start - own
-    victims = np.flatnonzero(held > 0)
-    out = np.zeros(len(start), dtype=np.int64)
-    if not len(victims):
-        return out
-    ex = np.flatnonzero(w > 0)
-    order = ex[np.argsort(end[ex], kind="stable")]
-    ends, starts, weights = end[order], start[order], w[order]
-    lo = np.searchsorted(ends, start[victims], side="right")  # ends after its start...
-    count = np.searchsorted(ends, end[victims], side="right") - lo  # ...up to its end
-    inside = np.zeros(len(victims), dtype=np.float64)
-    ending = np.zeros(len(victims), dtype=np.float64)
-    # the (victim, interval) pairs in pieces of about PAIR_CHUNK, so that memory stays that of one piece
+@dataclass(frozen=True, eq=False)
+class Fit:
+    """What each activity needs of an SM and leaves on it, a row per resource. ``need``: per CTA as a victim (warps,
+    registers, shared memory bytes; 0 for what it does not use or the export does not say); ``kernel``: it has CTAs
+    (copy engines take no SM and lose none); ``room``: what its resident CTAs leave on each SM it holds (CTA slots,
+    warps, registers, shared memory bytes)."""
+    need: np.ndarray  # (3, n) int64
+    kernel: np.ndarray  # (n,) bool
+    room: np.ndarray  # (4, n) int64
+
+    @classmethod
+    def of(cls, ctas, threads, regs, smem, occ, sm_count: int | None, limits=SM_LIMITS) -> Fit:
+        """From the launch configuration (masked where unknown: no need of it; ``occ`` masked or 0: not a kernel)
+        and the device's limits (``queries/_instance_overlap.sql`` computes the same): a co-runner's CTAs are resident
+        up to its occupancy, spread one per SM first (min(occupancy, ceil(CTAs / SMs)) on each SM it holds)."""
+        ctas, threads, regs, smem, occ = (np.ma.filled(np.ma.asarray(x), 0).astype(np.int64)
+                                          for x in (ctas, threads, regs, smem, occ))
+        warps = -(-threads // 32)
+        need = np.stack([warps, regs * 32 * warps, smem])
+        per_sm = np.maximum(ctas, 1) if sm_count is None else max(sm_count, 1)  # no SM count: one per SM
+        resident = np.minimum(occ, -(-ctas // per_sm))
+        room = np.array(limits, dtype=np.int64)[:, None] - resident[None, :] * np.vstack([np.ones_like(resident), need])
+        return cls(need, occ > 0, room)
+
+    def takes(self, v: np.ndarray, c: np.ndarray) -> np.ndarray:
+        """Whether co-runner c takes the SMs it holds from victim v: not one CTA of v fits beside c's resident CTAs
+        (no CTA slot left, or fewer warps, registers or shared memory left than one of v's CTAs needs)."""
+        out = self.room[0][c] < 1
+        for r in range(3):
+            need = self.need[r][v]
+            out |= (need > 0) & (self.room[r + 1][c] < need)
+        return out & self.kernel[v]
+
+
+PAIR_CHUNK = 1 << 20  # overlapping (activity, activity) pairs of taken() held at once
+
+
+def taken(start: np.ndarray, end: np.ndarray, held: np.ndarray, fit: Fit) -> tuple[np.ndarray, np.ndarray]:
+    """Per activity v, the SM·ns taken from it by the kernels overlapping it: the SMs of each co-runner c that takes
+    them from v (:meth:`Fit.takes`) times the time they overlap; and the same of the co-runners already running at v's
+    start (started at the same time included), each up to its end or v's. Exact in integers.
+
+    The overlapping pairs are enumerated once: in start order, each interval i with every j that starts in
+    [start_i, end_i) (j != i): i runs at j's start, and when i started first, j starts inside i. They are taken in
+    pieces of about PAIR_CHUNK pairs, so that memory stays that of one piece."""
+    n = len(start)
+    inside, at_start = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+    kernels = np.flatnonzero((held > 0) | fit.kernel)
+    kernels = kernels[np.argsort(start[kernels], kind="stable")]
+    s, e = start[kernels], end[kernels]
+    lo = np.searchsorted(s, s, side="left")
+    count = np.maximum(np.searchsorted(s, e, side="left") - lo, 0)
     cum = np.cumsum(count)
     a = 0
-    while a < len(victims):
+    while a < len(kernels):
         b = max(a + 1, int(np.searchsorted(cum, (cum[a - 1] if a else 0) + PAIR_CHUNK, side="right")))
         k = count[a:b]
-        v = np.repeat(np.arange(a, b), k)
-        c = np.arange(k.sum()) - np.repeat(np.cumsum(k) - k, k) + np.repeat(lo[a:b], k)
-        running = starts[c] <= start[victims[v]]  # already running at its start (itself among them)
-        v, c = v[running], c[running]
-        # exact in integers: each such interval's weight times its time inside v, and their summed weight
-        inside[a:b] += np.bincount(v - a, weights=(weights[c] * (ends[c] - start[victims[v]])).astype(np.float64),
-                                   minlength=b - a)
-        ending[a:b] += np.bincount(v - a, weights=weights[c].astype(np.float64), minlength=b - a)
+        i = np.repeat(np.arange(a, b), k)
+        j = np.arange(k.sum()) - np.repeat(np.cumsum(k) - k, k) + np.repeat(lo[a:b], k)
+        i, j = i[i != j], j[i != j]
+        ci, cj = kernels[i], kernels[j]
+        both = np.minimum(e[i], e[j]) - s[j]  # j starts inside i: they overlap from j's start
+        # i beside j, running at its start
+        w = np.where(fit.takes(cj, ci), held[ci] * both, 0)
+        np.add.at(at_start, cj, w)
+        np.add.at(inside, cj, w)
+        # j beside i, started inside it
+        later = s[i] < s[j]
+        ci, cj, both = ci[later], cj[later], both[later]
+        np.add.at(inside, ci, np.where(fit.takes(ci, cj), held[cj] * both, 0))
         a = b
-    d = dur[victims]
-    total = np.rint(inside).astype(np.int64) + d * (at_start[victims] - np.rint(ending).astype(np.int64))
-    out[victims] = np.maximum(total - own[victims] * d, 0)
-    return out
+    return inside, at_start
 
 
 def _totals(b: Boundaries, comm: np.ndarray, compute: np.ndarray, span: tuple[int, int | None] | None = None) \
