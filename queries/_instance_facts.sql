@@ -41,6 +41,9 @@
 --                                resident CTAs not one of its own fits (_instance_overlap)
 --   exclusive_sms_start DOUBLE   the same, of the kernels already running when it started, averaged over the
 --                                overlapped time
+--   slots_sms           DOUBLE   of those, SMs' worth of its CTA slots they took: of each co-runner's SMs, the share
+--                                of its CTA slots lost there (averaged; _instance_overlap)
+--   slots_sms_start     DOUBLE   the same, of the kernels already running when it started (averaged)
 --   sm_share            DOUBLE   SMs held by other kernels over its duration / SM count
 --   comm_sm_share       DOUBLE   the same, communication kernels only
 --   sm_count            INTEGER  SMs on the device
@@ -75,6 +78,8 @@ SELECT run_id, device_id, activity_id, activity, kind, corunner_kind AS activity
        CASE WHEN overlap_ns > 0 THEN corunner_sm_ns::DOUBLE / overlap_ns END AS corunner_sms,
        CASE WHEN overlap_ns > 0 THEN exclusive_sm_ns::DOUBLE / overlap_ns END AS exclusive_sms,
        CASE WHEN overlap_ns > 0 THEN exclusive_start_sm_ns::DOUBLE / overlap_ns END AS exclusive_sms_start,
+       CASE WHEN overlap_ns > 0 THEN slots_sm_ns::DOUBLE / overlap_ns END AS slots_sms,
+       CASE WHEN overlap_ns > 0 THEN slots_start_sm_ns::DOUBLE / overlap_ns END AS slots_sms_start,
        CASE WHEN dur_ns > 0 AND sm_count > 0
             THEN least(1.0, corunner_sm_ns::DOUBLE / dur_ns / sm_count) END AS sm_share,
        CASE WHEN dur_ns > 0 AND sm_count > 0

@@ -17,6 +17,10 @@
 --                                min(the co-runner's occupancy, ceil(CTAs / SMs)), spread one per SM first)
 --   exclusive_start_sm_ns BIGINT the same, of those kernels already running when it started (SM·ns): a grid that
 --                                fits in one wave keeps the SMs it starts on, so later ones cannot take them
+--   slots_sm_ns         BIGINT   of each SM a co-running kernel holds, the share of the activity's CTA slots lost there,
+--                                (occ - fits) / occ (fits: the tightest of the CTA slots, warps, registers and shared
+--                                memory left, over what one of its CTAs needs, within [0, occ]) (SM·ns, floor)
+--   slots_start_sm_ns   BIGINT   the same, of those kernels already running when it started (SM·ns)
 --   sm_count            INTEGER  SMs on the device
 SELECT a.run_id, a.device_id, a.activity_id,
        CASE WHEN a.corunner_kind = 'comm' THEN e.comm2_ns - s.comm2_ns ELSE e.comm_ns - s.comm_ns END::BIGINT
@@ -33,15 +37,17 @@ SELECT a.run_id, a.device_id, a.activity_id,
                    - CASE WHEN a.corunner_kind = 'comm' THEN a.sm_held * a.dur_ns ELSE 0 END)::BIGINT AS comm_sm_ns,
        coalesce(h.ns, 0)::BIGINT AS exclusive_sm_ns,
        coalesce(h.start_ns, 0)::BIGINT AS exclusive_start_sm_ns,
+       coalesce(h.slots_ns, 0)::BIGINT AS slots_sm_ns,
+       coalesce(h.slots_start_ns, 0)::BIGINT AS slots_start_sm_ns,
        d.sm_count
 FROM _activity_rows a
 LEFT JOIN (
-    -- per (activity, co-running kernel): the SMs the co-runner takes from it, over their overlap; and over the part
-    -- from its start of those running then (starts at the same time included), up to their end or its own
-    -- (traceql.engine.sweeps.taken computes the same)
+    -- per (activity, co-running kernel): its CTA slots per SM lost beside the co-runner's resident CTAs, and the SMs
+    -- taken when it loses them all, over their overlap; and over the part from its start of those running then
+    -- (starts at the same time included), up to their end or its own (traceql.engine.sweeps.taken computes the same)
     WITH fit AS (
         SELECT a.run_id, a.device_id, a.activity_id, a.start_ns, a.end_ns, a.sm_held AS held,
-               w.warps,
+               coalesce(a.launch_occupancy, 0) AS occ, w.warps,
                coalesce(a.regs_per_thread, 0) * 32 * w.warps AS regs,
                coalesce(a.dynamic_smem_bytes, 0) + coalesce(a.static_smem_bytes, 0) AS smem,
                least(coalesce(a.launch_occupancy, 0),
@@ -52,18 +58,23 @@ LEFT JOIN (
              LATERAL (SELECT ceil(coalesce(a.threads_per_block, 0) / 32.0)::BIGINT AS warps) w
         WHERE a.activity = 'kernel'
     ), pairs AS (
-        SELECT v.run_id, v.activity_id,
-               CASE WHEN c.max_ctas - c.resident < 1 OR (v.warps > 0 AND c.max_warps - c.resident * c.warps < v.warps)
-                         OR (v.regs > 0 AND c.max_regs - c.resident * c.regs < v.regs)
-                         OR (v.smem > 0 AND c.max_smem - c.resident * c.smem < v.smem)
-                    THEN c.held ELSE 0 END AS w,
+        SELECT v.run_id, v.activity_id, v.occ, c.held,
+               v.occ - greatest(0, least(v.occ, c.max_ctas - c.resident,
+                                         CASE WHEN v.warps > 0 THEN (c.max_warps - c.resident * c.warps) // v.warps END,
+                                         CASE WHEN v.regs > 0 THEN (c.max_regs - c.resident * c.regs) // v.regs END,
+                                         CASE WHEN v.smem > 0 THEN (c.max_smem - c.resident * c.smem) // v.smem END))
+                   AS lost,
                least(c.end_ns, v.end_ns) - greatest(c.start_ns, v.start_ns) AS both_ns,
                CASE WHEN c.start_ns <= v.start_ns THEN least(c.end_ns, v.end_ns) - v.start_ns ELSE 0 END AS from_start_ns
         FROM fit v JOIN fit c
           ON c.run_id = v.run_id AND c.device_id = v.device_id AND c.start_ns < v.end_ns AND c.end_ns > v.start_ns
          AND c.activity_id <> v.activity_id AND c.held > 0
     )
-    SELECT run_id, activity_id, sum(w * both_ns::HUGEINT) AS ns, sum(w * from_start_ns::HUGEINT) AS start_ns
+    SELECT run_id, activity_id,
+           sum(CASE WHEN lost = occ AND lost > 0 THEN held * both_ns::HUGEINT ELSE 0 END) AS ns,
+           sum(CASE WHEN lost = occ AND lost > 0 THEN held * from_start_ns::HUGEINT ELSE 0 END) AS start_ns,
+           sum(lost * held * both_ns::HUGEINT) // greatest(1, any_value(occ)) AS slots_ns,
+           sum(lost * held * from_start_ns::HUGEINT) // greatest(1, any_value(occ)) AS slots_start_ns
     FROM pairs GROUP BY run_id, activity_id
 ) h ON h.run_id = a.run_id AND h.activity_id = a.activity_id
 JOIN _activity_steps s ON s.run_id = a.run_id AND s.device_id = a.device_id AND s.t = a.start_ns

@@ -31,8 +31,11 @@
 --   overlap_ns          BIGINT   time overlapped by any other activity (ns)
 --   corunner_sm_ns      BIGINT   integral of the SMs held by other kernels over the activity (SM·ns)
 --   comm_sm_ns          BIGINT   the same, communication kernels only (SM·ns)
---   exclusive_sm_ns     BIGINT   the same, kernels whose CTAs take more than half an SM only (SM·ns)
---   exclusive_start_sm_ns BIGINT the same, of those kernels already running when it started (SM·ns)
+--   exclusive_sm_ns     BIGINT   of those, the SMs taken from it: those of co-runners beside whose resident CTAs not one
+--                                of its CTAs fits (SM·ns; _instance_overlap)
+--   exclusive_start_sm_ns BIGINT the same, of the kernels already running when it started (SM·ns)
+--   slots_sm_ns         BIGINT   of each co-runner's SMs, the share of its CTA slots lost there (SM·ns; _instance_overlap)
+--   slots_start_sm_ns   BIGINT   the same, of the kernels already running when it started (SM·ns)
 --   sm_count            INTEGER  SMs on the device
 --   samples             BIGINT   GPU metric samples inside it (0: the sample around it was used; NULL: no metrics)
 --   sm_active_pct       DOUBLE   SMs Active during it (%), device-wide

@@ -14,8 +14,11 @@
 --   overlap_ns          BIGINT   time overlapped by any other activity (ns)
 --   corunner_sm_ns      BIGINT   integral of the SMs held by other kernels over the activity (SM·ns)
 --   comm_sm_ns          BIGINT   the same, communication kernels only (SM·ns)
---   exclusive_sm_ns     BIGINT   the same, kernels whose CTAs take more than half an SM only (SM·ns)
---   exclusive_start_sm_ns BIGINT the same, of those kernels already running when it started (SM·ns)
+--   exclusive_sm_ns     BIGINT   of those, the SMs taken from it: those of co-runners beside whose resident CTAs not one
+--                                of its CTAs fits (SM·ns; _instance_overlap)
+--   exclusive_start_sm_ns BIGINT the same, of the kernels already running when it started (SM·ns)
+--   slots_sm_ns         BIGINT   of each co-runner's SMs, the share of its CTA slots lost there (SM·ns; _instance_overlap)
+--   slots_start_sm_ns   BIGINT   the same, of the kernels already running when it started (SM·ns)
 --   sm_count            INTEGER  SMs on the device
 --   samples             BIGINT   GPU metric samples inside it (0: the sample around it was used; NULL: no metrics)
 --   sm_active_pct       DOUBLE   SMs Active during it (%), device-wide
@@ -49,7 +52,8 @@ WITH sampled AS (
     FROM sampled s ASOF JOIN power p ON p.run_id = s.run_id AND p.device_id = s.device_id AND p.ts_ns <= s.mid_ns
 )
 SELECT a.run_id, a.device_id, a.activity_id, o.comm_overlap_ns, o.compute_overlap_ns, o.copy_overlap_ns,
-       o.overlap_ns, o.corunner_sm_ns, o.comm_sm_ns, o.exclusive_sm_ns, o.exclusive_start_sm_ns, o.sm_count, m.samples,
+       o.overlap_ns, o.corunner_sm_ns, o.comm_sm_ns, o.exclusive_sm_ns, o.exclusive_start_sm_ns, o.slots_sm_ns,
+       o.slots_start_sm_ns, o.sm_count, m.samples,
        m.sm_active_pct, m.dram_pct, m.gpc_clock_mhz, m.nvlink_pct, m.pcie_pct, m.sm_issue_pct, d.own_dram_pct,
        r.working_set_bytes, d.co_dram_pct, d.co_kernel_dram_pct, d.co_working_set_bytes,
        r.sm_issue_pct AS own_sm_issue_pct, d.co_sm_issue_pct, c.step_start_ns, c.step_text, c.occurrence, g.nvtx,

@@ -43,6 +43,9 @@
 --                                resident CTAs not one of its own fits (_instance_overlap)
 --   exclusive_sms_start DOUBLE   the same, of the kernels already running when it started, averaged over the
 --                                overlapped time
+--   slots_sms           DOUBLE   of those, SMs' worth of its CTA slots they took: of each co-runner's SMs, the share
+--                                of its CTA slots lost there (averaged; _instance_overlap)
+--   slots_sms_start     DOUBLE   the same, of the kernels already running when it started (averaged)
 --   sm_share            DOUBLE   SMs held by other kernels over its duration / SM count
 --   comm_sm_share       DOUBLE   the same, communication kernels only
 --   sm_count            INTEGER  SMs on the device
@@ -68,7 +71,7 @@ SELECT f.run_id, f.device_id, f.activity_id, f.activity, f.kind, f.activity_clas
        f.step_start_ns,
        f.step_text, f.occurrence, f.start_ns, f.end_ns, f.dur_ns, f.comm_overlap_ns, f.compute_overlap_ns,
        f.copy_overlap_ns, f.overlap_ns, f.overlap_fraction, f.comm_fraction, f.corunner_kind, f.corunner_sms,
-       f.exclusive_sms, f.exclusive_sms_start,
+       f.exclusive_sms, f.exclusive_sms_start, f.slots_sms, f.slots_sms_start,
        f.sm_share, f.comm_sm_share, f.sm_count, f.samples, f.sm_active_pct, f.dram_pct, f.gpc_clock_mhz,
        f.nvlink_pct, f.pcie_pct, f.sm_issue_pct, f.cycles, f.co_dram_pct, f.co_kernel_dram_pct,
        f.co_working_set_bytes, f.co_sm_issue_pct,

@@ -8,10 +8,13 @@
 -- Each factor first predicts the slowdown while overlapped (x); with overlap fraction f, a victim that runs 1+x
 -- times slower while overlapped and at its own speed otherwise is slowed by f*x / (1 + x - f*x) in all.
 -- SM: co-running kernels' CTAs spread one per SM (the block scheduler places breadth-first), so they hold
---     min(S, CTAs) SMs. They take them from the victim when not one of its CTAs fits beside their resident CTAs (CTA
---     slots, warps, registers, shared memory; per pair, _instance_overlap); a grid that fits in one wave keeps the SMs
---     it starts on, so it loses only those co-runners took as it started, for as long as they kept them
---     (exclusive_sms_start); a grid of more waves, those they took while it ran (exclusive_sms). With F = S - taken free, the victim loses nothing while
+--     min(S, CTAs) SMs. Per (victim, co-runner) pair (_instance_overlap), the co-runner's resident CTAs leave room for
+--     some of the victim's CTAs on each of those SMs (CTA slots, warps, registers, shared memory). A victim bound by
+--     DRAM alone (isolated rate >= memory_bound_frac of saturation) pulls on an SM what its warps keep in flight: it
+--     loses the share of its CTA slots taken there (slots_sms). Any other victim's CTA keeps an SM's pipes busy: it
+--     loses the SMs where not one of its CTAs fits (exclusive_sms). A grid that fits in one wave keeps the SMs it
+--     starts on, so it loses only what co-runners took as it started, for as long as they kept it (*_sms_start); a
+--     grid of more waves, what they took while it ran. With F = S - taken free, the victim loses nothing while
 --     its CTAs fit (B <= occ*F). Otherwise its throughput follows the SMs it can use: x = min(B, occ*S) / (occ*F) - 1
 --     (many waves: S/F - 1; less than a wave: the part of the grid that no longer fits). A bandwidth-bound victim
 --     (isolated rate >= memory_bound_frac of saturation) loses only what its free SMs cannot pull at the device's
@@ -100,8 +103,13 @@ WITH inst AS (
            -- taken then count; more waves, those taken while it ran
            least(CASE WHEN i.ctas <= coalesce(n.ctas_per_sm, i.launch_occupancy) * i.sm_count
                       THEN coalesce(i.exclusive_sms_start, 0) ELSE coalesce(i.exclusive_sms, 0) END, i.sm_count)
-               AS taken,
-           least(coalesce(i.exclusive_sms, 0), i.sm_count) AS held_exclusive,
+               AS taken_whole,
+           least(coalesce(i.exclusive_sms, 0), i.sm_count) AS held_whole,
+           -- the same in CTA slots: of each SM a co-runner holds, the share of its CTA slots lost there
+           least(CASE WHEN i.ctas <= coalesce(n.ctas_per_sm, i.launch_occupancy) * i.sm_count
+                      THEN coalesce(i.slots_sms_start, 0) ELSE coalesce(i.slots_sms, 0) END, i.sm_count)
+               AS taken_slots,
+           least(coalesce(i.slots_sms, 0), i.sm_count) AS held_slots,
            coalesce(p.dram_pct_iso, n.dram_pct) AS r_v, i.co_dram_pct AS r_c, i.co_kernel_dram_pct AS r_k,
            i.dram_pct AS c_dram,
            coalesce(b.clock0_mhz, p.gpc_clock_mhz_iso) AS clock_iso, i.gpc_clock_mhz AS clock, p.power_w_iso AS power_iso, i.power_w,
@@ -174,9 +182,14 @@ WITH inst AS (
           + (coalesce(e.started_upto, 0) - a.started_at_start) = 0
 ), shaped AS (
     SELECT demand.*,
-           s_count - taken AS free,
+           -- a victim bound by DRAM pulls on an SM what its warps keep in flight: it loses the share of its CTA slots
+           -- a co-runner takes there; any other victim's CTA keeps an SM's pipes busy: it loses the SMs where not one
+           -- of its CTAs fits
+           s_count - CASE WHEN coalesce(r_v >= memory_bound_frac * sat, false) THEN taken_slots ELSE taken_whole END
+               AS free,
            -- SMs co-runners that fit beside its CTAs held, on average while it ran
-           greatest(0, held - held_exclusive) AS shared,
+           greatest(0, held - CASE WHEN coalesce(r_v >= memory_bound_frac * sat, false) THEN held_slots
+                                   ELSE held_whole END) AS shared,
            coalesce(r_v >= memory_bound_frac * sat, false) AS memory_bound,
            x.activity_id IS NOT NULL AS extra_traffic,
            coalesce(r_d >= footprint_min_pct, false) OR coalesce(co_working_set_bytes > 0, false) AS footprint_alone,

@@ -161,13 +161,13 @@ def _occupancy(threads: int, regs: int, smem: int) -> int:
     return max(1, min(limits))
 
 
-def _taken_brute(acts, configs, held) -> tuple[list[int], list[int]]:
-    """Per activity, the SM·ns of the co-running kernels beside whose resident CTAs not one of its CTAs fits, over it
-    and from its start: pair by pair."""
+def _taken_brute(acts, configs, held) -> dict[str, list[int]]:
+    """Per activity, pair by pair, over it and from its start: the SM·ns of the co-running kernels beside whose
+    resident CTAs not one of its CTAs fits, and of each co-runner's SMs the share of its CTA slots lost there."""
     kernel = ("compute", "comm")
-    inside, at_start = [], []
+    out = {c: [] for c in ("exclusive_sm_ns", "exclusive_start_sm_ns", "slots_sm_ns", "slots_start_sm_ns")}
     for i, (si, di, ki, _) in enumerate(acts):
-        num_in = num_start = 0
+        num = dict.fromkeys(out, 0)
         occ_i = _occupancy(*configs[i][1:]) if ki in kernel else 0
         wi = -(-configs[i][1] // 32)
         needs = (1, wi, configs[i][2] * 32 * wi, configs[i][3])
@@ -179,14 +179,17 @@ def _taken_brute(acts, configs, held) -> tuple[list[int], list[int]]:
             wj = -(-threads // 32)
             left = (LIMITS[0] - resident, LIMITS[1] - resident * wj, LIMITS[2] - resident * regs * 32 * wj,
                     LIMITS[3] - resident * smem)
-            fits = min(room // need for room, need in zip(left, needs, strict=True) if need)
-            w = int(held[j]) if fits < 1 else 0
-            num_in += w * max(0, min(si + di, sj + dj) - max(si, sj))
-            if sj <= si < sj + dj:
-                num_start += w * (min(si + di, sj + dj) - si)
-        inside.append(num_in)
-        at_start.append(num_start)
-    return inside, at_start
+            fits = min(occ_i, *(room // need for room, need in zip(left, needs, strict=True) if need))
+            lost = occ_i - max(0, fits)
+            both = max(0, min(si + di, sj + dj) - max(si, sj))
+            from_start = min(si + di, sj + dj) - si if sj <= si < sj + dj else 0
+            for col, t in (("exclusive_sm_ns", both), ("exclusive_start_sm_ns", from_start)):
+                num[col] += int(held[j]) * t if lost == occ_i else 0
+            for col, t in (("slots_sm_ns", both), ("slots_start_sm_ns", from_start)):
+                num[col] += int(held[j]) * lost * t
+        for col in out:
+            out[col].append(num[col] // max(occ_i, 1) if col.startswith("slots") else num[col])
+    return out
 
 
 def _fit(configs) -> sweeps.Fit:
@@ -206,12 +209,11 @@ def test_sweep_matches_brute_force(drawn):
     kernel = np.array([a[2] in ("compute", "comm") for a in acts])
     sm = np.array([min(a[3], S) if k else 0 for a, k in zip(acts, kernel, strict=True)], dtype=np.int64)
     fit = _fit(configs)
-    fit = sweeps.Fit(fit.need, fit.kernel & kernel, fit.room)  # copy engines: no CTA slots to take
+    fit = sweeps.Fit(fit.need, np.where(kernel, fit.occ, 0), fit.room)  # copy engines: no CTA slots to take
     res = sweeps.overlap(start, end, cls, sm, S, fit=fit)
     want, device = _reference(acts)
-    inside, held = _taken_brute(acts, configs, sm)
-    assert list(res.per_activity["exclusive_sm_ns"]) == inside, acts
-    assert list(res.per_activity["exclusive_start_sm_ns"]) == held, acts
+    for col, want_taken in _taken_brute(acts, configs, sm).items():
+        assert list(res.per_activity[col]) == want_taken, (col, acts)
     for i, w in want.items():
         dur = int(end[i] - start[i])
         for col in ("comm_overlap_ns", "compute_overlap_ns", "copy_overlap_ns", "overlap_ns"):
@@ -509,7 +511,7 @@ def test_windows_of_a_device_give_its_whole_sweep(acts, size, piece):
     fit = _fit([(a[3], 128 * (1 + a[3] % 8), 32 * (a[3] % 5), (a[3] % 3) * (100 << 10)) for a in acts])
     whole = sweeps.overlap(start, end, cls, sm, S, fit=fit)
     cols = {"activity_id": np.arange(len(acts)), "start_ns": start, "end_ns": end, "cls": cls, "sm": sm,
-            "need": fit.need.T, "kernel": fit.kernel, "room": fit.room.T}
+            "need": fit.need.T, "occ": fit.occ, "room": fit.room.T}
     pieces = [(("run", 0), {c: v[i:i + piece] for c, v in cols.items()}) for i in range(0, len(acts), piece)]
     got = {c: [] for c in whole.per_activity}
     totals = dict.fromkeys(whole.totals, 0)
@@ -517,7 +519,7 @@ def test_windows_of_a_device_give_its_whole_sweep(acts, size, piece):
     for w in windows:
         c = w.cols
         res = sweeps.overlap(c["start_ns"], c["end_ns"], c["cls"], c["sm"], S, w.span,
-                             sweeps.Fit(c["need"].T, c["kernel"], c["room"].T))
+                             sweeps.Fit(c["need"].T, c["occ"], c["room"].T))
         if w.span is None:  # the device in one window: all of it
             assert list(c["activity_id"][w.own]) == list(range(len(acts)))
         else:
@@ -706,5 +708,7 @@ def test_taken_in_small_pieces_equals_one_piece(monkeypatch):
     whole = sweeps.taken(start, end, held, fit)
     monkeypatch.setattr(sweeps, "PAIR_CHUNK", 7)
     pieces = sweeps.taken(start, end, held, fit)
-    assert all(np.array_equal(w, p) for w, p in zip(whole, pieces, strict=True))
-    assert (whole[0] > 0).sum() > 1000 and (whole[0] > whole[1]).any() and (whole[1] > 0).sum() > 100
+    assert all(np.array_equal(whole[c], pieces[c]) for c in whole)
+    assert (whole["slots_sm_ns"] > whole["exclusive_sm_ns"]).sum() > 1000
+    assert (whole["exclusive_sm_ns"] > whole["exclusive_start_sm_ns"]).any()
+    assert (whole["exclusive_sm_ns"] > 0).sum() > 100

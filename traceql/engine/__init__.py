@@ -265,7 +265,7 @@ SOLO_SCHEMA = pa.schema([("run_id", pa.string()), ("device_id", pa.int32()), ("s
 UNIONS_SCHEMA = pa.schema([("run_id", pa.string()), ("device_id", pa.int32()), ("compute_ns", pa.int64()),
                           ("comm_ns", pa.int64()), ("overlap_ns", pa.int64())])
 OVERLAP_COLUMNS = ("comm_overlap_ns", "compute_overlap_ns", "copy_overlap_ns", "overlap_ns", "corunner_sm_ns",
-                   "comm_sm_ns", "exclusive_sm_ns", "exclusive_start_sm_ns")
+                   "comm_sm_ns", "exclusive_sm_ns", "exclusive_start_sm_ns", "slots_sm_ns", "slots_start_sm_ns")
 # the columns of _instance_sweeps after its keys (run_id, device_id, activity_id)
 SWEPT = pa.schema([
     *((c, pa.int64()) for c in OVERLAP_COLUMNS), ("sm_count", pa.int32()),

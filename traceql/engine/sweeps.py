@@ -141,10 +141,7 @@ def overlap(start: np.ndarray, end: np.ndarray, cls: np.ndarray, sm_held: np.nda
         "corunner_sm_ns": np.maximum(0, comm_sm + b.over(b.prefix(sm_comp)) - own_sm),
         "comm_sm_ns": np.maximum(0, comm_sm - np.where(cls == COMM, own_sm, 0)),
     }
-    if fit is not None:
-        per["exclusive_sm_ns"], per["exclusive_start_sm_ns"] = taken(start, end, sm, fit)
-    else:
-        per["exclusive_sm_ns"] = per["exclusive_start_sm_ns"] = np.zeros(len(start), dtype=np.int64)
+    per.update(taken(start, end, sm, fit if fit is not None else Fit.of(*(np.zeros(len(start)),) * 5, sm_count)))
     return DeviceOverlap(per, _totals(b, n[COMM] > 0, n[COMPUTE] > 0, span), b)
 
 
@@ -155,11 +152,11 @@ SM_LIMITS = (32, 64, 65536, 233472)
 @dataclass(frozen=True, eq=False)
 class Fit:
     """What each activity needs of an SM and leaves on it, a row per resource. ``need``: per CTA as a victim (warps,
-    registers, shared memory bytes; 0 for what it does not use or the export does not say); ``kernel``: it has CTAs
-    (copy engines take no SM and lose none); ``room``: what its resident CTAs leave on each SM it holds (CTA slots,
-    warps, registers, shared memory bytes)."""
+    registers, shared memory bytes; 0 for what it does not use or the export does not say); ``occ``: its CTAs per SM
+    (0: not a kernel; copy engines take no SM and lose none); ``room``: what its resident CTAs leave on each SM it
+    holds (CTA slots, warps, registers, shared memory bytes)."""
     need: np.ndarray  # (3, n) int64
-    kernel: np.ndarray  # (n,) bool
+    occ: np.ndarray  # (n,) int64
     room: np.ndarray  # (4, n) int64
 
     @classmethod
@@ -174,37 +171,62 @@ class Fit:
         per_sm = np.maximum(ctas, 1) if sm_count is None else max(sm_count, 1)  # no SM count: one per SM
         resident = np.minimum(occ, -(-ctas // per_sm))
         room = np.array(limits, dtype=np.int64)[:, None] - resident[None, :] * np.vstack([np.ones_like(resident), need])
-        return cls(need, occ > 0, room)
+        return cls(need, np.maximum(occ, 0), room)
 
-    def takes(self, v: np.ndarray, c: np.ndarray) -> np.ndarray:
-        """Whether co-runner c takes the SMs it holds from victim v: not one CTA of v fits beside c's resident CTAs
-        (no CTA slot left, or fewer warps, registers or shared memory left than one of v's CTAs needs)."""
-        out = self.room[0][c] < 1
+    @cached_property
+    def _need_f(self) -> np.ndarray:
+        return np.where(self.need > 0, self.need, np.nan)  # NaN: not needed, no limit
+
+    def lost(self, v: np.ndarray, c: np.ndarray) -> np.ndarray:
+        """Victim v's CTA slots per SM lost beside co-runner c's resident CTAs: its occupancy less the CTAs of it that
+        still fit (the tightest of c's room for CTAs, warps, registers and shared memory over what one of v's CTAs
+        needs), within [0, occupancy]. (Floating division, exact here: the floor of a quotient of integers under
+        2**31.)"""
+        fits = self.room[0][c].astype(np.float64)
         for r in range(3):
-            need = self.need[r][v]
-            out |= (need > 0) & (self.room[r + 1][c] < need)
-        return out & self.kernel[v]
+            fits = np.fmin(fits, self.room[r + 1][c] / self._need_f[r][v])  # fmin: NaN (no limit) ignored
+        occ = self.occ[v]
+        return occ - np.clip(np.floor(fits), 0, occ).astype(np.int64)
 
 
 PAIR_CHUNK = 1 << 20  # overlapping (activity, activity) pairs of taken() held at once
 
 
-def taken(start: np.ndarray, end: np.ndarray, held: np.ndarray, fit: Fit) -> tuple[np.ndarray, np.ndarray]:
-    """Per activity v, the SM·ns taken from it by the kernels overlapping it: the SMs of each co-runner c that takes
-    them from v (:meth:`Fit.takes`) times the time they overlap; and the same of the co-runners already running at v's
-    start (started at the same time included), each up to its end or v's. Exact in integers.
+def taken(start: np.ndarray, end: np.ndarray, held: np.ndarray, fit: Fit) -> dict[str, np.ndarray]:
+    """Per activity v, the SM·ns the kernels overlapping it took from it, two ways:
+
+    - ``exclusive_sm_ns``: the SMs of each co-runner c beside whose resident CTAs not one CTA of v fits (v loses all
+      its CTA slots there), times the time they overlap;
+    - ``slots_sm_ns``: of each SM c holds, the share of v's CTA slots lost there, lost / occ_v, times the time they
+      overlap (exact in integers: the numerators summed, then divided by occ_v, floor);
+
+    and each of the co-runners already running at v's start (started at the same time included), each up to its end
+    or v's (``exclusive_start_sm_ns``, ``slots_start_sm_ns``).
 
     The overlapping pairs are enumerated once: in start order, each interval i with every j that starts in
     [start_i, end_i) (j != i): i runs at j's start, and when i started first, j starts inside i. They are taken in
     pieces of about PAIR_CHUNK pairs, so that memory stays that of one piece."""
     n = len(start)
-    inside, at_start = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
-    kernels = np.flatnonzero((held > 0) | fit.kernel)
+    out = {c: np.zeros(n, dtype=np.int64) for c in ("exclusive_sm_ns", "exclusive_start_sm_ns", "slots_sm_ns",
+                                                    "slots_start_sm_ns")}
+    kernels = np.flatnonzero((held > 0) | (fit.occ > 0))
     kernels = kernels[np.argsort(start[kernels], kind="stable")]
     s, e = start[kernels], end[kernels]
     lo = np.searchsorted(s, s, side="left")
     count = np.maximum(np.searchsorted(s, e, side="left") - lo, 0)
     cum = np.cumsum(count)
+
+    def add(v, c, both, starting: bool):
+        lost = fit.lost(v, c)
+        w = held[c] * both
+        whole = np.where((lost == fit.occ[v]) & (lost > 0), w, 0)
+        share = lost * w
+        np.add.at(out["exclusive_sm_ns"], v, whole)
+        np.add.at(out["slots_sm_ns"], v, share)
+        if starting:
+            np.add.at(out["exclusive_start_sm_ns"], v, whole)
+            np.add.at(out["slots_start_sm_ns"], v, share)
+
     a = 0
     while a < len(kernels):
         b = max(a + 1, int(np.searchsorted(cum, (cum[a - 1] if a else 0) + PAIR_CHUNK, side="right")))
@@ -212,18 +234,15 @@ def taken(start: np.ndarray, end: np.ndarray, held: np.ndarray, fit: Fit) -> tup
         i = np.repeat(np.arange(a, b), k)
         j = np.arange(k.sum()) - np.repeat(np.cumsum(k) - k, k) + np.repeat(lo[a:b], k)
         i, j = i[i != j], j[i != j]
-        ci, cj = kernels[i], kernels[j]
         both = np.minimum(e[i], e[j]) - s[j]  # j starts inside i: they overlap from j's start
-        # i beside j, running at its start
-        w = np.where(fit.takes(cj, ci), held[ci] * both, 0)
-        np.add.at(at_start, cj, w)
-        np.add.at(inside, cj, w)
-        # j beside i, started inside it
+        add(kernels[j], kernels[i], both, starting=True)  # i beside j, running at its start
         later = s[i] < s[j]
-        ci, cj, both = ci[later], cj[later], both[later]
-        np.add.at(inside, ci, np.where(fit.takes(ci, cj), held[cj] * both, 0))
+        add(kernels[i[later]], kernels[j[later]], both[later], starting=False)  # j beside i, started inside it
         a = b
-    return inside, at_start
+    occ = np.maximum(fit.occ, 1)
+    out["slots_sm_ns"] //= occ
+    out["slots_start_sm_ns"] //= occ
+    return out
 
 
 def _totals(b: Boundaries, comm: np.ndarray, compute: np.ndarray, span: tuple[int, int | None] | None = None) \
