@@ -111,6 +111,17 @@ def sets() -> dict[str, dict[str, Path]]:
             "development": eval_traces(development=True)}
 
 
+def judged_sets(attribute) -> dict[str, list[dict]]:
+    """The judged rows of each set; an evaluation case of ``DEVELOPMENT_CASES`` goes to the development set."""
+    judged = {name: known_cause_rows(attribute, traces) for name, traces in sets().items()}
+    judged["development"] += [x for x in judged["evaluation"] if x["case"] in DEVELOPMENT_CASES]
+    judged["evaluation"] = [x for x in judged["evaluation"] if x["case"] not in DEVELOPMENT_CASES]
+    for name, rows in judged.items():
+        for x in rows:
+            x["set"] = name
+    return judged
+
+
 def known_cause_rows(attribute, traces: dict[str, Path] | None = None) -> list[dict]:
     rows = []
     for gpu, trace in (traces or KNOWN).items():
@@ -399,15 +410,7 @@ def main(argv=None) -> int:
             write_calibration(first)
             write_calibration(calibrate(known_cause_rows(attr, CALIBRATION), first["cache_in_overlap"],
                                         first["copy_rate_pct"]))
-        judged = {}
-        for name, traces in sets().items():
-            judged[name] = known_cause_rows(attr, traces)
-        moved = [x for x in judged["evaluation"] if x["case"] in DEVELOPMENT_CASES]
-        judged["evaluation"] = [x for x in judged["evaluation"] if x["case"] not in DEVELOPMENT_CASES]
-        judged["development"] += moved
-        for name, rows in judged.items():
-            for x in rows:
-                x["set"] = name
+        judged = judged_sets(attr)
         training = "" if args.no_training else training_table(attr)
         coverage = "" if args.no_training else coverage_table(coverage_rows(Path(tmp) / "coverage"))
     constants = CALIBRATION_SQL.read_text()

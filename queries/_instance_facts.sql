@@ -38,7 +38,7 @@
 --   corunner_kind       VARCHAR  the co-runner class that overlapped it longest (ties: comm, compute, copy), or NULL
 --   corunner_sms        DOUBLE   SMs held by other kernels, averaged over the overlapped time
 --   exclusive_sms       DOUBLE   of those, the SMs they took from it, averaged: those of co-runners beside whose
---                                resident CTAs not one of its own fits (_instance_overlap)
+--                                CTAs (resident) not one of its own fits (_instance_overlap)
 --   exclusive_sms_start DOUBLE   the same, of the kernels already running when it started, averaged over the
 --                                overlapped time
 --   slots_sms           DOUBLE   of those, SMs' worth of its CTA slots they took: of each co-runner's SMs, the share

@@ -323,6 +323,9 @@ def _wave_store(root: Path, profile: dict | None) -> Path:
     return root
 
 
+@pytest.mark.xfail(strict=True, reason="the SM model decides per (victim, co-runner) pair from the launch "
+                   "configurations, not from Nsight Compute's CTAs per SM: by its launch (16 CTAs per SM, registers "
+                   "unknown) the victim fits beside the NCCL CTAs, so no SM is taken (docs/attribution.md, Limits)")
 def test_ncu_occupancy_changes_the_wave_model(tmp_path):
     [launch] = [r for r in attribute(_wave_store(tmp_path / "a", None)).to_json()["kernels"]
                 if r["name"] == "wave_W"]

@@ -71,6 +71,9 @@ def _isolated(name: str, starts, dur: int, **kw) -> list[dict]:
 # an NCCL kernel's launch (ncclDevKernel_AllReduce_Sum_bf16_RING_LL on H100/H200): 544 threads of 96 registers, 80 KiB
 # of dynamic shared memory; its CTAs take more than half an SM's registers, so none of more than half an SM fits beside
 NCCL_CTA = dict(block_x=544, regs_per_thread=96, dynamic_smem_bytes=82_240, static_smem_bytes=21_568)
+# a GEMM-like CTA of 130 KB of shared memory, one per SM: not one fits beside an NCCL CTA (103.8 KB), which takes
+# its SMs (the SM model decides per pair: a default 128-thread CTA fits beside one and shares the SM)
+GEMM_CTA = dict(dynamic_smem_bytes=130_000)
 
 
 def _beside_comm(name: str, start: int, dur: int, comm_ctas: int = 20, margin: int = 100, **kw):
@@ -86,9 +89,9 @@ def _beside_comm(name: str, start: int, dur: int, comm_ctas: int = 20, margin: i
 def _store_a():
     """Signature A (8000 CTAs of 128 threads: 16 per SM, 5 waves): 3 isolated instances of 1000 ns and
     2 instances of 1500 ns fully inside a comm kernel of 20 CTAs."""
-    kernels = _isolated("gemm_A", (0, 2000, 4000), 1000, ctas=8000)
+    kernels = _isolated("gemm_A", (0, 2000, 4000), 1000, ctas=8000, **GEMM_CTA)
     for start in (10_000, 20_000):
-        k, c = _beside_comm("gemm_A", start, 1500, ctas=8000)
+        k, c = _beside_comm("gemm_A", start, 1500, ctas=8000, **GEMM_CTA)
         kernels += k + c
     return kernels
 
@@ -111,9 +114,9 @@ def test_fully_overlapped_signature(result_a):
     assert a["corunner_kind"] == "comm"
     assert a["corunner_sms"] == approx(20)
     assert a["sm_share"] == approx(0.2) and a["comm_sm_share"] == approx(0.2)
-    # SM model: B = 8000 > occ·F = 16 x 80, x = min(8000, 16 x 100)/(16 x 80) - 1 = 1600/1280 - 1 = 0.25; f = 1:
+    # SM model: B = 8000 > occ·F = 1 x 80, x = min(8000, 1 x 100)/(1 x 80) - 1 = 100/80 - 1 = 0.25; f = 1:
     # point f·x/(1 + x - f·x) = 0.25; interval 0.25 -/+ sm_band
-    assert a["occupancy"] == 16
+    assert a["occupancy"] == 1
     assert a["sm_predicted"] == approx(0.25)
     assert a["explained_interval"]["sm"] == [approx(0.25 - SM_BAND), approx(0.25 + SM_BAND)]
     assert a["significant"] is True
@@ -397,8 +400,8 @@ def test_collectives_lose_what_the_clock_loses(tmp_path):
 def test_sm_model_partial_overlap(tmp_path):
     """The SM model's x holds only while overlapped: gemm_A's grid (x = 1600/1280 - 1 = 0.25) overlapped for
     f = 0.4 of its 1100 ns (a 20-CTA comm kernel from 10660 to 11200) is slowed by f·x/(1 + x - f·x) in all."""
-    kernels = _isolated("gemm_A", (0, 2000, 4000), 1000, ctas=8000)
-    kernels += [dict(name="gemm_A", ctas=8000, start_ns=10_000, end_ns=11_100),
+    kernels = _isolated("gemm_A", (0, 2000, 4000), 1000, ctas=8000, **GEMM_CTA)
+    kernels += [dict(name="gemm_A", ctas=8000, start_ns=10_000, end_ns=11_100, **GEMM_CTA),
                 dict(kind="comm", ctas=20, start_ns=10_660, end_ns=11_200, **NCCL_CTA)]
     a = _by_name(_attr(tmp_path, kernels=kernels))["gemm_A"]
     assert a["overlap_fraction"] == approx(0.4) and a["corunner_sms"] == approx(20)
@@ -953,8 +956,8 @@ def test_group_by_nvtx_follows_the_launching_process(tmp_path):
 
 
 def test_group_rows_in_summary(tmp_path):
-    kernels = _isolated("gemm_A", (0, 2000, 4000), 1000, ctas=8000)
-    k, c = _beside_comm("gemm_A", 10_000, 1500, ctas=8000)
+    kernels = _isolated("gemm_A", (0, 2000, 4000), 1000, ctas=8000, **GEMM_CTA)
+    k, c = _beside_comm("gemm_A", 10_000, 1500, ctas=8000, **GEMM_CTA)
     kernels += k + c
     kernels = [dict(kk, correlation_id=i + 1) for i, kk in enumerate(kernels)]
     compute = [kk for kk in kernels if kk.get("kind") != "comm"]

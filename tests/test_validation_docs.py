@@ -29,9 +29,7 @@ def test_attribution_doc_tables_hold_the_sql_constants():
 
 def test_validation_doc_is_what_the_code_gives(tmp_path):
     doc = (ROOT / "docs/validation.md").read_text()
-    attr = validate.attributor(tmp_path)
-    for name, traces in validate.sets().items():
-        rows = validate.known_cause_rows(attr, traces)
+    for name, rows in validate.judged_sets(validate.attributor(tmp_path)).items():
         assert validate.summary(f"{name.capitalize()} set", rows) in doc, name
 
 
