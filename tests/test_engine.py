@@ -210,7 +210,7 @@ def test_sweep_matches_brute_force(drawn):
     sm = np.array([min(a[3], S) if k else 0 for a, k in zip(acts, kernel, strict=True)], dtype=np.int64)
     fit = _fit(configs)
     fit = sweeps.Fit(fit.need, np.where(kernel, fit.occ, 0), fit.room)  # copy engines: no CTA slots to take
-    res = sweeps.overlap(start, end, cls, sm, S, fit=fit)
+    res = sweeps.overlap(start, end, cls, sm, S, None, fit)
     want, device = _reference(acts)
     for col, want_taken in _taken_brute(acts, configs, sm).items():
         assert list(res.per_activity[col]) == want_taken, (col, acts)
@@ -509,7 +509,7 @@ def test_windows_of_a_device_give_its_whole_sweep(acts, size, piece):
     cls = np.array([a[2] for a in acts], dtype=np.int8)
     sm = np.array([a[3] for a in acts], dtype=np.int64)
     fit = _fit([(a[3], 128 * (1 + a[3] % 8), 32 * (a[3] % 5), (a[3] % 3) * (100 << 10)) for a in acts])
-    whole = sweeps.overlap(start, end, cls, sm, S, fit=fit)
+    whole = sweeps.overlap(start, end, cls, sm, S, None, fit)
     cols = {"activity_id": np.arange(len(acts)), "start_ns": start, "end_ns": end, "cls": cls, "sm": sm,
             "need": fit.need.T, "occ": fit.occ, "room": fit.room.T}
     pieces = [(("run", 0), {c: v[i:i + piece] for c, v in cols.items()}) for i in range(0, len(acts), piece)]

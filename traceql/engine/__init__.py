@@ -593,12 +593,13 @@ def _sweeps(con: duckdb.DuckDBPyConnection) -> None:
     Each replaced view now reads a projection of the result (``PROJECTIONS``).
     """
     size = window_rows()
-    devices = {(r, d): (s, b) for r, d, s, b in
-               con.sql("SELECT run_id, device_id, sm_count, mem_bandwidth_Bps FROM devices").fetchall()}
-    # an SM's limits (CTAs, warps, registers, shared memory), each the default where the device does not say
-    limits = {(r, d): tuple(x if x is not None else dflt for x, dflt in zip(lim, sweeps.SM_LIMITS, strict=True))
-              for r, d, *lim in con.sql("SELECT run_id, device_id, max_blocks_per_sm, max_warps_per_sm, "
-                                        "max_regs_per_sm, max_smem_per_sm_bytes FROM devices").fetchall()}
+    # per device: its SM count, DRAM bandwidth, and an SM's limits (CTAs, warps, registers, shared memory), each
+    # limit the default where the device does not say
+    devices, limits = {}, {}
+    for r, d, s, b, *lim in con.sql("SELECT run_id, device_id, sm_count, mem_bandwidth_Bps, max_blocks_per_sm, "
+                                    "max_warps_per_sm, max_regs_per_sm, max_smem_per_sm_bytes FROM devices").fetchall():
+        devices[(r, d)] = (s, b)
+        limits[(r, d)] = tuple(x if x is not None else dflt for x, dflt in zip(lim, sweeps.SM_LIMITS, strict=True))
     demand: dict[tuple[str, int], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
     for (r, d), g in _grouped(con, "SELECT run_id, device_id, sig, dram_pct::DOUBLE AS dram_pct, "
                                    "working_set_bytes::DOUBLE AS working_set_bytes FROM _ncu_demand", "sig"):

@@ -105,11 +105,11 @@ class DeviceOverlap:
 
 
 def overlap(start: np.ndarray, end: np.ndarray, cls: np.ndarray, sm_held: np.ndarray,
-            sm_count: int | None, span: tuple[int, int | None] | None = None,
-            fit: Fit | None = None) -> DeviceOverlap:
+            sm_count: int | None, span: tuple[int, int | None] | None,
+            fit: Fit) -> DeviceOverlap:
     """Per activity: time overlapped by each other class, by anything else, the SM·ns co-runners held, and of those
     the SM·ns they took from it, over it and from those already running as it started (:func:`taken`, with what
-    each needs of an SM and leaves on it: ``fit``; none without).
+    each needs of an SM and leaves on it: ``fit``).
 
     An activity is active over its own interval, so "another of my class" is "two or more of my class" there and
     "anything else" is "two or more in all". Communication SMs are capped at the SM count as a whole.
@@ -141,7 +141,7 @@ def overlap(start: np.ndarray, end: np.ndarray, cls: np.ndarray, sm_held: np.nda
         "corunner_sm_ns": np.maximum(0, comm_sm + b.over(b.prefix(sm_comp)) - own_sm),
         "comm_sm_ns": np.maximum(0, comm_sm - np.where(cls == COMM, own_sm, 0)),
     }
-    per.update(taken(start, end, sm, fit if fit is not None else Fit.of(*(np.zeros(len(start)),) * 5, sm_count)))
+    per.update(taken(start, end, sm, fit))
     return DeviceOverlap(per, _totals(b, n[COMM] > 0, n[COMPUTE] > 0, span), b)
 
 
